@@ -119,8 +119,7 @@ void Log(LogLevel level, absl::string_view component, absl::string_view message,
   if (static_cast<int>(level) < g_level.load()) {
     return;
   }
-  const std::string ts =
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+  const std::string ts = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
   std::string line = FormatLogLine(ts, level, component, message, fields);
   {
     std::lock_guard<std::mutex> lock(g_sink_mu);

@@ -1,6 +1,7 @@
 // Structured logging: one line per event, logfmt-style, easy for both people and Loki.
 //
-//   ts=2026-11-22T05:00:00.123Z level=info component=prepare msg="claim prepared" claim=ns/a uid=...
+//   ts=2026-11-22T05:00:00.123Z level=info component=prepare msg="claim prepared" claim=ns/a
+//   uid=...
 //
 // Usage:
 //   DLOG(kInfo, "prepare", "claim prepared", {{"claim", key}, {"devices", n}});
@@ -48,10 +49,10 @@ void Log(LogLevel level, absl::string_view component, absl::string_view message,
 
 }  // namespace dralens::common
 
-#define DLOG(level, component, message, ...)                                                   \
-  do {                                                                                        \
-    if (::dralens::common::LogLevel::level >= ::dralens::common::GetLogLevel()) {             \
-      ::dralens::common::Log(::dralens::common::LogLevel::level, component, message,          \
-                             ##__VA_ARGS__);                                                  \
-    }                                                                                         \
+#define DLOG(level, component, message, ...)                                         \
+  do {                                                                               \
+    if (::dralens::common::LogLevel::level >= ::dralens::common::GetLogLevel()) {    \
+      ::dralens::common::Log(::dralens::common::LogLevel::level, component, message, \
+                             ##__VA_ARGS__);                                         \
+    }                                                                                \
   } while (false)

@@ -38,21 +38,21 @@ inline std::string Message(const absl::Status& status) { return std::string(stat
 #define DRALENS_STATUS_CONCAT_(a, b) DRALENS_STATUS_CONCAT_INNER_(a, b)
 
 // RETURN_IF_ERROR(expr): returns the status of `expr` if it is not OK.
-#define RETURN_IF_ERROR(expr)                                     \
-  do {                                                            \
-    const ::absl::Status dralens_status_ = (expr);                \
-    if (!dralens_status_.ok()) {                                  \
-      return dralens_status_;                                     \
-    }                                                             \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    const ::absl::Status dralens_status_ = (expr); \
+    if (!dralens_status_.ok()) {                   \
+      return dralens_status_;                      \
+    }                                              \
   } while (false)
 
 // RETURN_IF_ERROR_CTX(expr, context): as above, annotated with `context`.
-#define RETURN_IF_ERROR_CTX(expr, context)                                \
-  do {                                                                    \
-    const ::absl::Status dralens_status_ = (expr);                        \
-    if (!dralens_status_.ok()) {                                          \
-      return ::dralens::common::Annotate(dralens_status_, (context));     \
-    }                                                                     \
+#define RETURN_IF_ERROR_CTX(expr, context)                            \
+  do {                                                                \
+    const ::absl::Status dralens_status_ = (expr);                    \
+    if (!dralens_status_.ok()) {                                      \
+      return ::dralens::common::Annotate(dralens_status_, (context)); \
+    }                                                                 \
   } while (false)
 
 // ASSIGN_OR_RETURN(lhs, expr): evaluates the StatusOr `expr`; on error returns its status,
@@ -61,8 +61,8 @@ inline std::string Message(const absl::Status& status) { return std::string(stat
   DRALENS_ASSIGN_OR_RETURN_IMPL_(DRALENS_STATUS_CONCAT_(dralens_statusor_, __LINE__), lhs, expr)
 
 #define DRALENS_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                                  \
-  if (!tmp.ok()) {                                    \
-    return tmp.status();                              \
-  }                                                   \
+  auto tmp = (expr);                                   \
+  if (!tmp.ok()) {                                     \
+    return tmp.status();                               \
+  }                                                    \
   lhs = std::move(tmp).value()
