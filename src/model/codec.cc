@@ -1,0 +1,821 @@
+#include "src/model/codec.h"
+
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "src/common/quantity.h"
+#include "src/common/status.h"
+
+namespace dralens::model {
+namespace {
+
+using Json = nlohmann::json;
+using common::Quantity;
+
+// Whether an encoder writes a field whose value is empty (Go's omitempty, extended to structs
+// that equal their default). Required fields use kAlways.
+enum class Emit { kOmitEmpty, kAlways };
+
+// ---------------------------------------------------------------------------------------------
+// JSON paths for error messages: spec.devices[3].attributes["uuid"]
+
+std::string ShortKey(const std::string& key) {
+  constexpr size_t kMax = 64;
+  if (key.size() <= kMax) {
+    return absl::CHexEscape(key);
+  }
+  return absl::StrCat(absl::CHexEscape(key.substr(0, kMax)), "...");
+}
+
+std::string FieldPath(const std::string& path, absl::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+}
+
+std::string IndexPath(const std::string& path, size_t index) {
+  return absl::StrCat(path, "[", index, "]");
+}
+
+std::string KeyPath(const std::string& path, const std::string& key) {
+  return absl::StrCat(path, "[\"", ShortKey(key), "\"]");
+}
+
+absl::Status PathError(const std::string& path, absl::string_view message) {
+  return absl::InvalidArgumentError(path.empty() ? std::string(message)
+                                                 : absl::StrCat(path, ": ", message));
+}
+
+absl::Status TypeError(const std::string& path, absl::string_view expected, const Json& got) {
+  return PathError(path, absl::StrCat("expected ", expected, ", got ", got.type_name()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Struct field lists, shared by the decoder and the encoder.
+
+template <typename T>
+struct HasFields : std::false_type {};
+
+#define DRALENS_FIELDS(Type)                            \
+  template <>                                           \
+  struct HasFields<Type> : std::true_type {};           \
+  template <typename T, typename V>                     \
+  requires std::is_same_v<std::remove_const_t<T>, Type> \
+  void Fields(T& o, V&& v)
+
+constexpr Emit kAlways = Emit::kAlways;
+
+DRALENS_FIELDS(OwnerReference) {
+  v("apiVersion", o.api_version, kAlways);
+  v("kind", o.kind, kAlways);
+  v("name", o.name, kAlways);
+  v("uid", o.uid, kAlways);
+  v("controller", o.controller);
+  v("blockOwnerDeletion", o.block_owner_deletion);
+}
+
+DRALENS_FIELDS(ObjectMeta) {
+  v("name", o.name);
+  v("generateName", o.generate_name);
+  v("namespace", o.namespace_name);
+  v("uid", o.uid);
+  v("resourceVersion", o.resource_version);
+  v("generation", o.generation);
+  v("creationTimestamp", o.creation_timestamp);
+  v("deletionTimestamp", o.deletion_timestamp);
+  v("deletionGracePeriodSeconds", o.deletion_grace_period_seconds);
+  v("labels", o.labels);
+  v("annotations", o.annotations);
+  v("ownerReferences", o.owner_references);
+  v("finalizers", o.finalizers);
+}
+
+DRALENS_FIELDS(ListMeta) {
+  v("resourceVersion", o.resource_version);
+  v("continue", o.continue_token);
+  v("remainingItemCount", o.remaining_item_count);
+}
+
+DRALENS_FIELDS(Condition) {
+  v("type", o.type, kAlways);
+  v("status", o.status, kAlways);
+  v("observedGeneration", o.observed_generation);
+  v("lastTransitionTime", o.last_transition_time, kAlways);
+  v("reason", o.reason, kAlways);
+  v("message", o.message, kAlways);
+}
+
+// core/v1
+
+DRALENS_FIELDS(NodeSelectorRequirement) {
+  v("key", o.key, kAlways);
+  v("operator", o.op, kAlways);
+  v("values", o.values);
+}
+
+DRALENS_FIELDS(NodeSelectorTerm) {
+  v("matchExpressions", o.match_expressions);
+  v("matchFields", o.match_fields);
+}
+
+DRALENS_FIELDS(NodeSelector) { v("nodeSelectorTerms", o.node_selector_terms, kAlways); }
+
+DRALENS_FIELDS(PodResourceClaim) {
+  v("name", o.name, kAlways);
+  v("resourceClaimName", o.resource_claim_name);
+  v("resourceClaimTemplateName", o.resource_claim_template_name);
+}
+
+DRALENS_FIELDS(ContainerResourceClaim) {
+  v("name", o.name, kAlways);
+  v("request", o.request);
+}
+
+DRALENS_FIELDS(ContainerResources) { v("claims", o.claims); }
+
+DRALENS_FIELDS(Container) {
+  v("name", o.name, kAlways);
+  v("image", o.image);
+  v("resources", o.resources);
+}
+
+DRALENS_FIELDS(PodSpec) {
+  v("nodeName", o.node_name);
+  v("containers", o.containers, kAlways);
+  v("resourceClaims", o.resource_claims);
+}
+
+DRALENS_FIELDS(PodResourceClaimStatus) {
+  v("name", o.name, kAlways);
+  v("resourceClaimName", o.resource_claim_name);
+}
+
+DRALENS_FIELDS(PodCondition) {
+  v("type", o.type, kAlways);
+  v("status", o.status, kAlways);
+  v("reason", o.reason);
+  v("message", o.message);
+  v("lastTransitionTime", o.last_transition_time);
+}
+
+DRALENS_FIELDS(PodStatus) {
+  v("phase", o.phase);
+  v("conditions", o.conditions);
+  v("resourceClaimStatuses", o.resource_claim_statuses);
+}
+
+DRALENS_FIELDS(Pod) {
+  v("metadata", o.metadata, kAlways);
+  v("spec", o.spec, kAlways);
+  v("status", o.status);
+}
+
+DRALENS_FIELDS(NodeSystemInfo) {
+  v("machineID", o.machine_id);
+  v("bootID", o.boot_id);
+}
+
+DRALENS_FIELDS(NodeStatus) { v("nodeInfo", o.node_info); }
+
+DRALENS_FIELDS(Node) {
+  v("metadata", o.metadata, kAlways);
+  v("status", o.status);
+}
+
+// resource.k8s.io/v1: ResourceSlice
+
+DRALENS_FIELDS(ResourcePool) {
+  v("name", o.name, kAlways);
+  v("generation", o.generation, kAlways);
+  v("resourceSliceCount", o.resource_slice_count, kAlways);
+}
+
+DRALENS_FIELDS(Counter) { v("value", o.value, kAlways); }
+
+DRALENS_FIELDS(CounterSet) {
+  v("name", o.name, kAlways);
+  v("counters", o.counters, kAlways);
+}
+
+DRALENS_FIELDS(CapacityRequestPolicyRange) {
+  v("min", o.min, kAlways);
+  v("max", o.max);
+  v("step", o.step);
+}
+
+DRALENS_FIELDS(CapacityRequestPolicy) {
+  v("default", o.default_value);
+  v("validValues", o.valid_values);
+  v("validRange", o.valid_range);
+}
+
+DRALENS_FIELDS(DeviceCapacity) {
+  v("value", o.value, kAlways);
+  v("requestPolicy", o.request_policy);
+}
+
+DRALENS_FIELDS(DeviceCounterConsumption) {
+  v("counterSet", o.counter_set, kAlways);
+  v("counters", o.counters, kAlways);
+}
+
+DRALENS_FIELDS(DeviceTaint) {
+  v("key", o.key, kAlways);
+  v("value", o.value);
+  v("effect", o.effect, kAlways);
+  v("timeAdded", o.time_added);
+}
+
+DRALENS_FIELDS(SliceDevice) {
+  v("name", o.name, kAlways);
+  v("attributes", o.attributes);
+  v("capacity", o.capacity);
+  v("consumesCounters", o.consumes_counters);
+  v("nodeName", o.node_name);
+  v("nodeSelector", o.node_selector);
+  v("allNodes", o.all_nodes);
+  v("taints", o.taints);
+  v("bindsToNode", o.binds_to_node);
+  v("bindingConditions", o.binding_conditions);
+  v("bindingFailureConditions", o.binding_failure_conditions);
+  v("allowMultipleAllocations", o.allow_multiple_allocations);
+}
+
+DRALENS_FIELDS(ResourceSliceSpec) {
+  v("driver", o.driver, kAlways);
+  v("pool", o.pool, kAlways);
+  v("nodeName", o.node_name);
+  v("nodeSelector", o.node_selector);
+  v("allNodes", o.all_nodes);
+  v("perDeviceNodeSelection", o.per_device_node_selection);
+  v("devices", o.devices);
+  v("sharedCounters", o.shared_counters);
+}
+
+DRALENS_FIELDS(ResourceSlice) {
+  v("metadata", o.metadata, kAlways);
+  v("spec", o.spec, kAlways);
+}
+
+// Shared by claims and classes
+
+DRALENS_FIELDS(CelDeviceSelector) { v("expression", o.expression, kAlways); }
+
+DRALENS_FIELDS(DeviceSelector) { v("cel", o.cel); }
+
+DRALENS_FIELDS(OpaqueDeviceConfiguration) {
+  v("driver", o.driver, kAlways);
+  v("parameters", o.parameters, kAlways);
+}
+
+DRALENS_FIELDS(DeviceToleration) {
+  v("key", o.key);
+  v("operator", o.op);
+  v("value", o.value);
+  v("effect", o.effect);
+  v("tolerationSeconds", o.toleration_seconds);
+}
+
+DRALENS_FIELDS(CapacityRequirements) { v("requests", o.requests); }
+
+// ResourceClaim spec
+
+DRALENS_FIELDS(ExactDeviceRequest) {
+  v("deviceClassName", o.device_class_name, kAlways);
+  v("selectors", o.selectors);
+  v("allocationMode", o.allocation_mode);
+  v("count", o.count);
+  v("adminAccess", o.admin_access);
+  v("tolerations", o.tolerations);
+  v("capacity", o.capacity);
+}
+
+DRALENS_FIELDS(DeviceSubRequest) {
+  v("name", o.name, kAlways);
+  v("deviceClassName", o.device_class_name, kAlways);
+  v("selectors", o.selectors);
+  v("allocationMode", o.allocation_mode);
+  v("count", o.count);
+  v("tolerations", o.tolerations);
+  v("capacity", o.capacity);
+}
+
+DRALENS_FIELDS(DeviceRequest) {
+  v("name", o.name, kAlways);
+  v("exactly", o.exactly);
+  v("firstAvailable", o.first_available);
+}
+
+DRALENS_FIELDS(DeviceConstraint) {
+  v("requests", o.requests);
+  v("matchAttribute", o.match_attribute);
+  v("distinctAttribute", o.distinct_attribute);
+}
+
+DRALENS_FIELDS(DeviceClaimConfiguration) {
+  v("requests", o.requests);
+  v("opaque", o.opaque);
+}
+
+DRALENS_FIELDS(DeviceClaim) {
+  v("requests", o.requests);
+  v("constraints", o.constraints);
+  v("config", o.config);
+}
+
+DRALENS_FIELDS(ResourceClaimSpec) { v("devices", o.devices, kAlways); }
+
+// ResourceClaim status
+
+DRALENS_FIELDS(DeviceRequestAllocationResult) {
+  v("request", o.request, kAlways);
+  v("driver", o.driver, kAlways);
+  v("pool", o.pool, kAlways);
+  v("device", o.device, kAlways);
+  v("adminAccess", o.admin_access);
+  v("tolerations", o.tolerations);
+  v("bindingConditions", o.binding_conditions);
+  v("bindingFailureConditions", o.binding_failure_conditions);
+  v("shareID", o.share_id);
+  v("consumedCapacity", o.consumed_capacity);
+}
+
+DRALENS_FIELDS(DeviceAllocationConfiguration) {
+  v("source", o.source, kAlways);
+  v("requests", o.requests);
+  v("opaque", o.opaque);
+}
+
+DRALENS_FIELDS(DeviceAllocationResult) {
+  v("results", o.results);
+  v("config", o.config);
+}
+
+DRALENS_FIELDS(AllocationResult) {
+  v("devices", o.devices, kAlways);
+  v("nodeSelector", o.node_selector);
+  v("allocationTimestamp", o.allocation_timestamp);
+}
+
+DRALENS_FIELDS(ResourceClaimConsumerReference) {
+  v("apiGroup", o.api_group);
+  v("resource", o.resource, kAlways);
+  v("name", o.name, kAlways);
+  v("uid", o.uid, kAlways);
+}
+
+DRALENS_FIELDS(NetworkDeviceData) {
+  v("interfaceName", o.interface_name);
+  v("ips", o.ips);
+  v("hardwareAddress", o.hardware_address);
+}
+
+DRALENS_FIELDS(AllocatedDeviceStatus) {
+  v("driver", o.driver, kAlways);
+  v("pool", o.pool, kAlways);
+  v("device", o.device, kAlways);
+  v("shareID", o.share_id);
+  v("conditions", o.conditions);
+  v("data", o.data);
+  v("networkData", o.network_data);
+}
+
+DRALENS_FIELDS(ResourceClaimStatus) {
+  v("allocation", o.allocation);
+  v("reservedFor", o.reserved_for);
+  v("devices", o.devices);
+}
+
+DRALENS_FIELDS(ResourceClaim) {
+  v("metadata", o.metadata, kAlways);
+  v("spec", o.spec, kAlways);
+  v("status", o.status);
+}
+
+// DeviceClass and ResourceClaimTemplate
+
+DRALENS_FIELDS(DeviceClassConfiguration) { v("opaque", o.opaque); }
+
+DRALENS_FIELDS(DeviceClassSpec) {
+  v("selectors", o.selectors);
+  v("config", o.config);
+  v("extendedResourceName", o.extended_resource_name);
+}
+
+DRALENS_FIELDS(DeviceClass) {
+  v("metadata", o.metadata, kAlways);
+  v("spec", o.spec, kAlways);
+}
+
+DRALENS_FIELDS(ResourceClaimTemplateSpec) {
+  v("metadata", o.metadata);
+  v("spec", o.spec, kAlways);
+}
+
+DRALENS_FIELDS(ResourceClaimTemplate) {
+  v("metadata", o.metadata, kAlways);
+  v("spec", o.spec, kAlways);
+}
+
+#undef DRALENS_FIELDS
+
+template <typename T>
+struct HasFields<ObjectList<T>> : std::true_type {};
+
+template <typename L, typename V>
+requires HasFields<std::remove_const_t<L>>::value && requires(L& l) { l.items; }
+void Fields(L& o, V&& v) {
+  v("metadata", o.metadata, kAlways);
+  v("items", o.items, kAlways);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding. Declarations first: the generic templates recurse into each other.
+
+absl::Status DecodeValue(const Json& j, const std::string& path, std::string* out);
+absl::Status DecodeValue(const Json& j, const std::string& path, bool* out);
+absl::Status DecodeValue(const Json& j, const std::string& path, int64_t* out);
+absl::Status DecodeValue(const Json& j, const std::string& path, Quantity* out);
+absl::Status DecodeValue(const Json& j, const std::string& path, absl::Time* out);
+absl::Status DecodeValue(const Json& j, const std::string& path, Json* out);
+absl::Status DecodeValue(const Json& j, const std::string& path, DeviceAttribute* out);
+template <typename T>
+absl::Status DecodeValue(const Json& j, const std::string& path, std::optional<T>* out);
+template <typename T>
+absl::Status DecodeValue(const Json& j, const std::string& path, std::vector<T>* out);
+template <typename T>
+absl::Status DecodeValue(const Json& j, const std::string& path, std::map<std::string, T>* out);
+template <typename T>
+requires HasFields<T>::value absl::Status DecodeValue(const Json& j, const std::string& path,
+                                                      T* out);
+
+// Null means "unset", as in Go: the value keeps its default.
+template <typename T>
+absl::Status DecodeAny(const Json& j, const std::string& path, T* out) {
+  if (j.is_null()) {
+    return absl::OkStatus();
+  }
+  return DecodeValue(j, path, out);
+}
+
+// Checks run after a struct decoded field by field.
+template <typename T>
+absl::Status Validate(const T& /*value*/, const std::string& /*path*/) {
+  return absl::OkStatus();
+}
+
+absl::Status Validate(const DeviceRequest& request, const std::string& path) {
+  const bool exactly = request.exactly.has_value();
+  const bool first_available = !request.first_available.empty();
+  if (exactly == first_available) {
+    return PathError(path, absl::StrCat("expected exactly one of \"exactly\" and "
+                                        "\"firstAvailable\", got ",
+                                        exactly ? "both" : "neither"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeValue(const Json& j, const std::string& path, std::string* out) {
+  if (!j.is_string()) {
+    return TypeError(path, "string", j);
+  }
+  *out = j.get_ref<const std::string&>();
+  return absl::OkStatus();
+}
+
+absl::Status DecodeValue(const Json& j, const std::string& path, bool* out) {
+  if (!j.is_boolean()) {
+    return TypeError(path, "boolean", j);
+  }
+  *out = j.get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status DecodeValue(const Json& j, const std::string& path, int64_t* out) {
+  if (j.is_number_unsigned()) {
+    const uint64_t value = j.get<uint64_t>();
+    if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return PathError(path, absl::StrCat("integer ", value, " out of int64 range"));
+    }
+    *out = static_cast<int64_t>(value);
+    return absl::OkStatus();
+  }
+  if (j.is_number_integer()) {
+    *out = j.get<int64_t>();
+    return absl::OkStatus();
+  }
+  if (j.is_number_float()) {
+    return PathError(
+        path, absl::StrCat("expected integer in int64 range, got number ", SerializeJson(j)));
+  }
+  return TypeError(path, "integer", j);
+}
+
+absl::Status DecodeValue(const Json& j, const std::string& path, Quantity* out) {
+  std::string text;
+  if (j.is_string()) {
+    text = j.get_ref<const std::string&>();
+  } else if (j.is_number()) {
+    text = SerializeJson(j);  // Kubernetes also accepts a bare JSON number.
+  } else {
+    return TypeError(path, "quantity string", j);
+  }
+  absl::StatusOr<Quantity> q = Quantity::Parse(text);
+  if (!q.ok()) {
+    return PathError(path, q.status().message());
+  }
+  *out = *q;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeValue(const Json& j, const std::string& path, absl::Time* out) {
+  if (!j.is_string()) {
+    return TypeError(path, "RFC 3339 time string", j);
+  }
+  absl::StatusOr<absl::Time> t = ParseKubeTime(j.get_ref<const std::string&>());
+  if (!t.ok()) {
+    return PathError(path, t.status().message());
+  }
+  *out = *t;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeValue(const Json& j, const std::string& /*path*/, Json* out) {
+  *out = j;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeValue(const Json& j, const std::string& path, DeviceAttribute* out) {
+  if (!j.is_object()) {
+    return TypeError(path, "object", j);
+  }
+  std::vector<std::string> present;
+  for (const char* kind : {"int", "bool", "string", "version"}) {
+    const auto it = j.find(kind);
+    if (it != j.end() && !it->is_null()) {
+      present.emplace_back(kind);
+    }
+  }
+  if (present.size() != 1) {
+    return PathError(path, absl::StrCat("expected exactly one of int, bool, string, version; got ",
+                                        present.empty() ? "none" : absl::StrJoin(present, ", ")));
+  }
+  const std::string& kind = present.front();
+  const Json& value = j.at(kind);
+  const std::string value_path = FieldPath(path, kind);
+  if (kind == "int") {
+    int64_t v = 0;
+    RETURN_IF_ERROR(DecodeValue(value, value_path, &v));
+    *out = DeviceAttribute::Int(v);
+  } else if (kind == "bool") {
+    bool v = false;
+    RETURN_IF_ERROR(DecodeValue(value, value_path, &v));
+    *out = DeviceAttribute::Bool(v);
+  } else {
+    std::string v;
+    RETURN_IF_ERROR(DecodeValue(value, value_path, &v));
+    *out = kind == "string" ? DeviceAttribute::String(std::move(v))
+                            : DeviceAttribute::SemVer(std::move(v));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status DecodeValue(const Json& j, const std::string& path, std::optional<T>* out) {
+  T value{};
+  RETURN_IF_ERROR(DecodeValue(j, path, &value));
+  *out = std::move(value);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status DecodeValue(const Json& j, const std::string& path, std::vector<T>* out) {
+  if (!j.is_array()) {
+    return TypeError(path, "array", j);
+  }
+  out->clear();
+  out->reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    RETURN_IF_ERROR(DecodeAny(j[i], IndexPath(path, i), &out->emplace_back()));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status DecodeValue(const Json& j, const std::string& path, std::map<std::string, T>* out) {
+  if (!j.is_object()) {
+    return TypeError(path, "object", j);
+  }
+  out->clear();
+  for (const auto& [key, value] : j.items()) {
+    RETURN_IF_ERROR(DecodeAny(value, KeyPath(path, key), &(*out)[key]));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+requires HasFields<T>::value absl::Status DecodeValue(const Json& j, const std::string& path,
+                                                      T* out) {
+  if (!j.is_object()) {
+    return TypeError(path, "object", j);
+  }
+  absl::Status status;
+  Fields(*out, [&](const char* key, auto& field, Emit = Emit::kOmitEmpty) {
+    if (!status.ok()) {
+      return;
+    }
+    const auto it = j.find(key);
+    if (it != j.end()) {
+      status = DecodeAny(*it, FieldPath(path, key), &field);
+    }
+  });
+  RETURN_IF_ERROR(status);
+  return Validate(*out, path);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+Json EncodeValue(const std::string& v) { return v; }
+Json EncodeValue(bool v) { return v; }
+Json EncodeValue(int64_t v) { return v; }
+Json EncodeValue(const Quantity& v) { return v.String(); }
+Json EncodeValue(const absl::Time& v) { return FormatKubeTime(v); }
+Json EncodeValue(const Json& v) { return v; }
+Json EncodeValue(const DeviceAttribute& a);
+template <typename T>
+Json EncodeValue(const std::optional<T>& v);
+template <typename T>
+Json EncodeValue(const std::vector<T>& v);
+template <typename T>
+Json EncodeValue(const std::map<std::string, T>& v);
+template <typename T>
+requires HasFields<T>::value Json EncodeValue(const T& v);
+
+bool IsEmpty(const std::string& v) { return v.empty(); }
+bool IsEmpty(int64_t v) { return v == 0; }
+bool IsEmpty(const Quantity& /*v*/) { return false; }
+bool IsEmpty(const absl::Time& /*v*/) { return false; }
+bool IsEmpty(const Json& v) { return v.is_null(); }
+template <typename T>
+bool IsEmpty(const std::optional<T>& v) {
+  return !v.has_value();
+}
+template <typename T>
+bool IsEmpty(const std::vector<T>& v) {
+  return v.empty();
+}
+template <typename T>
+bool IsEmpty(const std::map<std::string, T>& v) {
+  return v.empty();
+}
+template <typename T>
+requires HasFields<T>::value bool IsEmpty(const T& v) { return v == T{}; }
+
+Json EncodeValue(const DeviceAttribute& a) {
+  Json out = Json::object();
+  std::visit(
+      [&out](const auto& value) {
+        using V = std::decay_t<decltype(value)>;
+        if constexpr (std::is_same_v<V, int64_t>) {
+          out["int"] = value;
+        } else if constexpr (std::is_same_v<V, bool>) {
+          out["bool"] = value;
+        } else if constexpr (std::is_same_v<V, std::string>) {
+          out["string"] = value;
+        } else {
+          out["version"] = value.value;
+        }
+      },
+      a.value);
+  return out;
+}
+
+template <typename T>
+Json EncodeValue(const std::optional<T>& v) {
+  return v.has_value() ? EncodeValue(*v) : Json();
+}
+
+template <typename T>
+Json EncodeValue(const std::vector<T>& v) {
+  Json out = Json::array();
+  for (const T& item : v) {
+    out.push_back(EncodeValue(item));
+  }
+  return out;
+}
+
+template <typename T>
+Json EncodeValue(const std::map<std::string, T>& v) {
+  Json out = Json::object();
+  for (const auto& [key, value] : v) {
+    out[key] = EncodeValue(value);
+  }
+  return out;
+}
+
+template <typename T>
+requires HasFields<T>::value Json EncodeValue(const T& v) {
+  Json out = Json::object();
+  Fields(v, [&out](const char* key, const auto& field, Emit emit = Emit::kOmitEmpty) {
+    if (emit == Emit::kAlways || !IsEmpty(field)) {
+      out[key] = EncodeValue(field);
+    }
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Top-level kinds
+
+template <typename T>
+absl::StatusOr<T> DecodeKind(const Json& j, absl::string_view api_version, absl::string_view kind) {
+  const std::string context = absl::StrCat("decode ", kind);
+  try {
+    if (!j.is_object()) {
+      return common::Annotate(TypeError("", "object", j), context);
+    }
+    for (const auto& [field, want] :
+         {std::pair<const char*, absl::string_view>{"apiVersion", api_version}, {"kind", kind}}) {
+      const auto it = j.find(field);
+      if (it == j.end() || it->is_null()) {
+        continue;  // Items of a list response carry neither.
+      }
+      if (!it->is_string()) {
+        return common::Annotate(TypeError(field, "string", *it), context);
+      }
+      if (it->template get_ref<const std::string&>() != want) {
+        return common::Annotate(
+            PathError(field,
+                      absl::StrCat("expected \"", want, "\", got \"",
+                                   ShortKey(it->template get_ref<const std::string&>()), "\"")),
+            context);
+      }
+    }
+    T out;
+    RETURN_IF_ERROR_CTX(DecodeValue(j, "", &out), context);
+    return out;
+  } catch (const std::exception& e) {
+    // Not expected: every access above is type-checked first.
+    return absl::InternalError(absl::StrCat(context, ": ", e.what()));
+  }
+}
+
+template <typename T>
+Json EncodeKind(const T& object, absl::string_view api_version, absl::string_view kind) {
+  Json out = EncodeValue(object);
+  out["apiVersion"] = api_version;
+  out["kind"] = kind;
+  return out;
+}
+
+}  // namespace
+
+std::string FormatKubeTime(absl::Time time) {
+  return absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", time, absl::UTCTimeZone());
+}
+
+absl::StatusOr<absl::Time> ParseKubeTime(absl::string_view text) {
+  absl::Time out;
+  std::string error;
+  if (!absl::ParseTime(absl::RFC3339_full, text, &out, &error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid RFC 3339 time \"", ShortKey(std::string(text)), "\": ", error));
+  }
+  return out;
+}
+
+#define DRALENS_KIND(Type, ApiVersion, Kind)                                    \
+  template <>                                                                   \
+  absl::StatusOr<Type> Decode<Type>(const Json& json) {                         \
+    return DecodeKind<Type>(json, ApiVersion, Kind);                            \
+  }                                                                             \
+  template <>                                                                   \
+  absl::StatusOr<ObjectList<Type>> Decode<ObjectList<Type>>(const Json& json) { \
+    return DecodeKind<ObjectList<Type>>(json, ApiVersion, Kind "List");         \
+  }                                                                             \
+  Json Encode(const Type& object) { return EncodeKind(object, ApiVersion, Kind); }
+
+DRALENS_KIND(ResourceSlice, kResourceApiVersion, "ResourceSlice")
+DRALENS_KIND(ResourceClaim, kResourceApiVersion, "ResourceClaim")
+DRALENS_KIND(DeviceClass, kResourceApiVersion, "DeviceClass")
+DRALENS_KIND(ResourceClaimTemplate, kResourceApiVersion, "ResourceClaimTemplate")
+DRALENS_KIND(Pod, "v1", "Pod")
+DRALENS_KIND(Node, "v1", "Node")
+
+#undef DRALENS_KIND
+
+Json Encode(const ObjectMeta& metadata) { return EncodeValue(metadata); }
+
+}  // namespace dralens::model
