@@ -1,0 +1,379 @@
+#include "src/k8s/informer.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "src/common/log.h"
+
+namespace dralens::k8s {
+namespace {
+
+constexpr absl::string_view kComponent = "informer";
+// Consecutive watches that end at once without an event before the informer relists.
+constexpr int kShortWatchesBeforeRelist = 3;
+
+std::string ResourceVersionOf(const nlohmann::json& object) {
+  if (!object.is_object()) {
+    return "";
+  }
+  auto metadata = object.find("metadata");
+  if (metadata == object.end() || !metadata->is_object()) {
+    return "";
+  }
+  auto rv = metadata->find("resourceVersion");
+  if (rv == metadata->end() || !rv->is_string()) {
+    return "";
+  }
+  return rv->get<std::string>();
+}
+
+// resourceVersions are opaque, but every server dralens talks to (etcd-backed or embedded) uses
+// increasing integers. A watch event older than what we have seen means the server lost its
+// history (e.g. restarted with fresh storage); only a relist can be trusted then.
+bool WentBackwards(const std::string& last, const std::string& next) {
+  uint64_t a = 0;
+  uint64_t b = 0;
+  if (last.empty() || next.empty() || !absl::SimpleAtoi(last, &a) || !absl::SimpleAtoi(next, &b)) {
+    return false;
+  }
+  return b < a;
+}
+
+}  // namespace
+
+Informer::Informer(KubeClient& client, ResourceType type, InformerOptions options)
+    : client_(client),
+      type_(std::move(type)),
+      options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : common::RealClock()) {}
+
+Informer::~Informer() { Stop(); }
+
+void Informer::SetHandlers(InformerHandlers handlers) { handlers_ = std::move(handlers); }
+
+void Informer::Start() {
+  if (thread_ != nullptr) {
+    return;
+  }
+  thread_ = std::make_unique<std::thread>([this] {
+    Run();
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+  });
+}
+
+void Informer::Stop() {
+  stopping_.store(true);
+  if (thread_ == nullptr) {
+    return;
+  }
+  // Cancel repeatedly: a cancel that lands while a new watch is still connecting cannot abort
+  // its socket yet, so keep trying until the thread has left.
+  while (true) {
+    cancel_.Cancel();
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Milliseconds(20))) {
+      break;
+    }
+  }
+  if (thread_->joinable()) {
+    thread_->join();
+  }
+}
+
+bool Informer::WaitForSync(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!HasSynced() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return HasSynced();
+}
+
+Informer::ObjectPtr Informer::Get(absl::string_view ns, absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = cache_.find(ObjectKey(ns, name));
+  return it == cache_.end() ? nullptr : it->second;
+}
+
+std::vector<Informer::ObjectPtr> Informer::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ObjectPtr> out;
+  out.reserve(cache_.size());
+  for (const auto& [key, object] : cache_) {
+    out.push_back(object);
+  }
+  return out;
+}
+
+size_t Informer::Size() const {
+  absl::MutexLock lock(&mu_);
+  return cache_.size();
+}
+
+std::string Informer::LastResourceVersion() const {
+  absl::MutexLock lock(&mu_);
+  return resource_version_;
+}
+
+void Informer::CountRestart(WatchRestartReason reason) {
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordWatchRestart(type_.plural, reason);
+  }
+}
+
+absl::Duration Informer::Backoff() {
+  absl::Duration d = options_.initial_backoff;
+  for (int i = 1; i < failures_ && d < options_.max_backoff; ++i) {
+    d *= 2;
+  }
+  d = std::min(d, options_.max_backoff);
+  absl::BitGen gen;
+  return d / 2 + absl::Uniform(gen, 0.0, 1.0) * (d / 2);
+}
+
+void Informer::SleepUnlessStopped(absl::Duration d) {
+  // Sleep in slices so that Stop() is not held up by a long backoff.
+  while (d > absl::ZeroDuration() && !stopping()) {
+    const absl::Duration step = std::min(d, absl::Milliseconds(20));
+    clock_.SleepFor(step);
+    d -= step;
+  }
+}
+
+void Informer::Run() {
+  bool need_list = true;
+  while (!stopping()) {
+    if (need_list) {
+      absl::Status listed = ListAndReconcile();
+      if (!listed.ok()) {
+        if (stopping()) {
+          break;
+        }
+        ++failures_;
+        absl::Duration delay = RetryAfter(listed).value_or(Backoff());
+        DLOG(kWarn, kComponent, "list failed; backing off",
+             {{"resource", type_.plural},
+              {"error", listed.message()},
+              {"delay", absl::FormatDuration(delay)}});
+        SleepUnlessStopped(delay);
+        continue;
+      }
+      failures_ = 0;
+      need_list = false;
+    }
+    absl::Duration delay = absl::ZeroDuration();
+    need_list = WatchOnce(&delay) == Next::kRelist;
+    SleepUnlessStopped(delay);
+  }
+}
+
+absl::Status Informer::ListAndReconcile() {
+  ListOptions list_options;
+  list_options.label_selector = options_.label_selector;
+  list_options.field_selector = options_.field_selector;
+  list_options.limit = options_.page_size;
+  absl::StatusOr<ListResult> list = ListAll(client_, type_, options_.namespace_name, list_options);
+  list_count_.fetch_add(1);
+  if (!list.ok()) {
+    return list.status();
+  }
+  absl::flat_hash_map<std::string, ObjectPtr> fresh;
+  fresh.reserve(list->items.size());
+  for (nlohmann::json& item : list->items) {
+    std::string key = ObjectKey(item);
+    if (key.empty()) {
+      DLOG(kWarn, kComponent, "listed object without a name; skipped",
+           {{"resource", type_.plural}});
+      continue;
+    }
+    fresh[key] = std::make_shared<const nlohmann::json>(std::move(item));
+  }
+
+  std::vector<ObjectPtr> added;
+  std::vector<std::pair<ObjectPtr, ObjectPtr>> updated;
+  std::vector<ObjectPtr> deleted;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, old_object] : cache_) {
+      if (!fresh.contains(key)) {
+        deleted.push_back(old_object);
+      }
+    }
+    for (const auto& [key, new_object] : fresh) {
+      auto it = cache_.find(key);
+      if (it == cache_.end()) {
+        added.push_back(new_object);
+      } else if (*it->second != *new_object) {
+        updated.emplace_back(it->second, new_object);
+      }
+    }
+    cache_ = std::move(fresh);
+    resource_version_ = list->resource_version;
+  }
+  // Handlers run after the whole cache was swapped, so they see a consistent snapshot.
+  for (const ObjectPtr& object : deleted) {
+    if (handlers_.on_delete) {
+      handlers_.on_delete(*object);
+    }
+  }
+  for (const auto& [old_object, new_object] : updated) {
+    if (handlers_.on_update) {
+      handlers_.on_update(*old_object, *new_object);
+    }
+  }
+  for (const ObjectPtr& object : added) {
+    if (handlers_.on_add) {
+      handlers_.on_add(*object);
+    }
+  }
+  if (list_count_.load() > 1) {
+    DLOG(kInfo, kComponent, "relisted",
+         {{"resource", type_.plural},
+          {"added", added.size()},
+          {"updated", updated.size()},
+          {"deleted", deleted.size()}});
+  }
+  synced_.store(true);
+  return absl::OkStatus();
+}
+
+Informer::Next Informer::WatchOnce(absl::Duration* delay) {
+  WatchOptions watch_options;
+  watch_options.label_selector = options_.label_selector;
+  watch_options.field_selector = options_.field_selector;
+  watch_options.resource_version = LastResourceVersion();
+  watch_options.allow_bookmarks = true;
+  if (options_.watch_timeout_seconds > 0) {
+    absl::BitGen gen;
+    watch_options.timeout_seconds =
+        absl::Uniform(gen, options_.watch_timeout_seconds, 2 * options_.watch_timeout_seconds);
+  }
+
+  bool malformed = false;
+  bool went_backwards = false;
+  int64_t events = 0;
+  const WatchEventCallback callback = [&](const WatchEvent& event) {
+    const std::string rv = ResourceVersionOf(event.object);
+    if (WentBackwards(LastResourceVersion(), rv)) {
+      went_backwards = true;
+      return false;
+    }
+    ++events;
+    if (event.type == WatchEventType::kBookmark) {
+      if (!rv.empty()) {
+        absl::MutexLock lock(&mu_);
+        resource_version_ = rv;
+      }
+      return !stopping();
+    }
+    std::string key = ObjectKey(event.object);
+    if (key.empty() || rv.empty()) {
+      malformed = true;
+      return false;
+    }
+    auto object = std::make_shared<const nlohmann::json>(event.object);
+    ObjectPtr old_object;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = cache_.find(key);
+      if (it != cache_.end()) {
+        old_object = it->second;
+      }
+      if (event.type == WatchEventType::kDeleted) {
+        if (it != cache_.end()) {
+          cache_.erase(it);
+        }
+      } else {
+        cache_[key] = object;
+      }
+      resource_version_ = rv;
+    }
+    if (event.type == WatchEventType::kDeleted) {
+      if (old_object != nullptr && handlers_.on_delete) {
+        handlers_.on_delete(*object);
+      }
+    } else if (old_object != nullptr) {
+      if (handlers_.on_update) {
+        handlers_.on_update(*old_object, *object);
+      }
+    } else if (handlers_.on_add) {
+      handlers_.on_add(*object);
+    }
+    return !stopping();
+  };
+
+  const absl::Time started = absl::Now();
+  const absl::Status status =
+      client_.Watch(type_, options_.namespace_name, watch_options, callback, &cancel_);
+  if (stopping()) {
+    return Next::kResume;
+  }
+  const std::vector<common::LogField> fields = {
+      {"resource", type_.plural}, {"error", status.message()}, {"events", events}};
+  if (went_backwards) {
+    CountRestart(WatchRestartReason::kError);
+    DLOG(kWarn, kComponent, "resourceVersion went backwards; relisting", fields);
+    return Next::kRelist;
+  }
+  if (malformed) {
+    CountRestart(WatchRestartReason::kError);
+    ++failures_;
+    *delay = Backoff();
+    DLOG(kWarn, kComponent, "malformed watch event; restarting watch", fields);
+    return Next::kResume;
+  }
+  if (status.ok()) {
+    CountRestart(WatchRestartReason::kDropped);
+    if (events == 0 && absl::Now() - started < options_.min_watch_duration) {
+      // The server keeps closing at once: do not hammer it, and after a few such watches stop
+      // relying on them to catch up: a list brings the cache up to date regardless.
+      ++failures_;
+      *delay = Backoff();
+      if (++short_empty_watches_ >= kShortWatchesBeforeRelist) {
+        short_empty_watches_ = 0;
+        DLOG(kWarn, kComponent, "watches keep closing at once; relisting", fields);
+        return Next::kRelist;
+      }
+    } else {
+      failures_ = 0;
+      short_empty_watches_ = 0;
+    }
+    return Next::kResume;
+  }
+  if (IsGone(status)) {
+    CountRestart(WatchRestartReason::kGone);
+    DLOG(kInfo, kComponent, "watch expired (410 Gone); relisting", fields);
+    failures_ = 0;
+    return Next::kRelist;
+  }
+  CountRestart(WatchRestartReason::kError);
+  ++failures_;
+  *delay = RetryAfter(status).value_or(Backoff());
+  *delay = std::min(*delay, absl::Minutes(5));
+  if (absl::IsDataLoss(status)) {
+    // Truncated or malformed stream: events up to the last good one were applied.
+    DLOG(kWarn, kComponent, "watch stream corrupted; restarting watch", fields);
+    return Next::kResume;
+  }
+  if (absl::StrContains(status.message(), "Too large resource version")) {
+    // We are ahead of the server: it lost state (restart, restore). Relist, as client-go does.
+    DLOG(kWarn, kComponent, "resourceVersion unknown to the server; relisting", fields);
+    return Next::kRelist;
+  }
+  const int code = HttpStatusCode(status);
+  if (code == 429 || code >= 500) {
+    DLOG(kWarn, kComponent, "watch refused by the server; backing off", fields);
+    return Next::kResume;
+  }
+  // A transport failure (the server may have restarted and lost its history) or a 4xx answer
+  // such as "too large resource version": only a relist is safe.
+  DLOG(kWarn, kComponent, "watch failed; relisting", fields);
+  return Next::kRelist;
+}
+
+}  // namespace dralens::k8s

@@ -1,0 +1,551 @@
+// The client and informer against the real embedded API server (src/sim), one convergence test
+// per injected fault: each proves that the informer's cache, and the state rebuilt from its
+// handler calls, end equal to the server's true state.
+#include "src/k8s/informer.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "src/k8s/rest_client.h"
+#include "src/sim/api_server.h"
+
+namespace dralens::k8s {
+namespace {
+
+using sim::ApiServer;
+using sim::ApiServerOptions;
+using sim::FaultRule;
+
+constexpr absl::Duration kDeadline = absl::Seconds(10);
+
+nlohmann::json Node(const std::string& name, const std::string& color = "blue") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata", {{"name", name}, {"labels", {{"color", color}, {"test", "informer"}}}}}};
+}
+
+nlohmann::json Pod(const std::string& name) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"namespace", "ns"}}},
+          {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}};
+}
+
+// key -> resourceVersion
+using State = std::map<std::string, std::string>;
+
+std::string Rv(const nlohmann::json& object) {
+  return object["metadata"].value("resourceVersion", "");
+}
+
+// The informer's handler calls applied to a map: what a consumer of the callbacks believes.
+class Mirror {
+ public:
+  InformerHandlers Handlers() {
+    InformerHandlers h;
+    h.on_add = [this](const nlohmann::json& o) {
+      absl::MutexLock lock(&mu_);
+      EXPECT_FALSE(state_.contains(ObjectKey(o))) << "add of a known object " << ObjectKey(o);
+      state_[ObjectKey(o)] = Rv(o);
+      ++adds_;
+    };
+    h.on_update = [this](const nlohmann::json& old_object, const nlohmann::json& o) {
+      absl::MutexLock lock(&mu_);
+      EXPECT_EQ(ObjectKey(old_object), ObjectKey(o));
+      EXPECT_TRUE(state_.contains(ObjectKey(o))) << "update of an unknown object " << ObjectKey(o);
+      state_[ObjectKey(o)] = Rv(o);
+    };
+    h.on_delete = [this](const nlohmann::json& o) {
+      absl::MutexLock lock(&mu_);
+      EXPECT_TRUE(state_.contains(ObjectKey(o))) << "delete of an unknown object " << ObjectKey(o);
+      state_.erase(ObjectKey(o));
+      ++deletes_;
+    };
+    return h;
+  }
+  State state() {
+    absl::MutexLock lock(&mu_);
+    return state_;
+  }
+  int deletes() {
+    absl::MutexLock lock(&mu_);
+    return deletes_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  State state_;
+  int adds_ = 0;
+  int deletes_ = 0;
+};
+
+class InformerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StartServer(0);
+    metrics_ = std::make_unique<KubeRequestMetrics>(KubeRequestMetrics::Create(registry_));
+    client_ = NewClient();
+  }
+
+  void TearDown() override {
+    if (informer_ != nullptr) {
+      informer_->Stop();
+    }
+    if (server_ != nullptr) {
+      server_->Stop();
+    }
+  }
+
+  void StartServer(int port) {
+    ApiServerOptions options;
+    options.port = port;
+    options.bookmark_interval = absl::Milliseconds(200);
+    server_ = std::make_unique<ApiServer>(options);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+
+  std::unique_ptr<RestClient> NewClient() {
+    RestConfig config;
+    config.server = server_->url();
+    config.request_timeout = absl::Seconds(1);
+    config.connect_timeout = absl::Seconds(1);
+    RestClientOptions options;
+    options.metrics = metrics_.get();
+    options.retry.initial_backoff = absl::Milliseconds(5);
+    options.retry.max_backoff = absl::Milliseconds(50);
+    auto client = RestClient::FromConfig(config, options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return *std::move(client);
+  }
+
+  void StartInformer(const ResourceType& type = kNodes, const std::string& ns = "") {
+    InformerOptions options;
+    options.namespace_name = ns;
+    options.page_size = 3;  // force paging
+    options.initial_backoff = absl::Milliseconds(10);
+    options.max_backoff = absl::Milliseconds(200);
+    options.watch_timeout_seconds = 5;
+    options.min_watch_duration = absl::Milliseconds(200);
+    options.metrics = metrics_.get();
+    informer_ = std::make_unique<Informer>(*client_, type, options);
+    informer_->SetHandlers(mirror_.Handlers());
+    informer_->Start();
+  }
+
+  // The server's true state, read with a fault-free client.
+  State ServerState(const ResourceType& type = kNodes, const std::string& ns = "") {
+    auto list = ListAll(*client_, type, ns, ListOptions());
+    EXPECT_TRUE(list.ok()) << list.status();
+    State state;
+    if (list.ok()) {
+      for (const nlohmann::json& item : list->items) {
+        state[ObjectKey(item)] = Rv(item);
+      }
+    }
+    return state;
+  }
+
+  State CacheState() {
+    State state;
+    for (const Informer::ObjectPtr& object : informer_->List()) {
+      state[ObjectKey(*object)] = Rv(*object);
+    }
+    return state;
+  }
+
+  // Polls until the cache and the mirror equal the server's state. Never asserts on time.
+  void ExpectConverged(const ResourceType& type = kNodes, const std::string& ns = "") {
+    const absl::Time deadline = absl::Now() + kDeadline;
+    State server, cache, mirror;
+    while (absl::Now() < deadline) {
+      server = ServerState(type, ns);
+      cache = CacheState();
+      mirror = mirror_.state();
+      if (informer_->HasSynced() && server == cache && server == mirror) {
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_TRUE(informer_->HasSynced());
+    EXPECT_EQ(cache, server);
+    EXPECT_EQ(mirror, server);
+    // The cached objects are the server's objects, not just the same versions.
+    for (const Informer::ObjectPtr& object : informer_->List()) {
+      auto name = (*object)["metadata"]["name"].get<std::string>();
+      auto ns_name = (*object)["metadata"].value("namespace", "");
+      auto live = client_->Get(type, ns_name, name);
+      if (live.ok()) {
+        EXPECT_EQ(*live, *object) << name;
+      }
+    }
+  }
+
+  void Create(const std::string& name, const std::string& color = "blue") {
+    auto created = client_->Create(kNodes, "", Node(name, color));
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+  void Recolor(const std::string& name, const std::string& color) {
+    auto patched =
+        client_->MergePatch(kNodes, "", name, {{"metadata", {{"labels", {{"color", color}}}}}}, "");
+    ASSERT_TRUE(patched.ok()) << patched.status();
+  }
+  void Remove(const std::string& name) {
+    ASSERT_TRUE(client_->Delete(kNodes, "", name, DeleteOptions()).ok());
+  }
+
+  // Creates, updates and deletes a few nodes.
+  void Churn(const std::string& prefix) {
+    for (int i = 0; i < 5; ++i) {
+      Create(absl::StrCat(prefix, i));
+    }
+    Recolor(absl::StrCat(prefix, 1), "red");
+    Recolor(absl::StrCat(prefix, 2), "green");
+    Remove(absl::StrCat(prefix, 3));
+  }
+
+  // Waits until the server has closed every watch (DropWatches is asynchronous).
+  void WaitForNoWatches() {
+    const absl::Time deadline = absl::Now() + kDeadline;
+    while (server_->OpenWatchesForTest() > 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+
+  double Restarts(const std::string& reason) {
+    return metrics_->watch_restarts_total.Add({{"resource", "nodes"}, {"reason", reason}}).Value();
+  }
+
+  void Inject(FaultRule::Kind kind, const std::string& verb, int times) {
+    FaultRule rule;
+    rule.kind = kind;
+    rule.verb = verb;
+    rule.resource = "nodes";
+    rule.times = times;
+    server_->InjectFault(rule);
+  }
+
+  prometheus::Registry registry_;
+  std::unique_ptr<KubeRequestMetrics> metrics_;
+  std::unique_ptr<ApiServer> server_;
+  std::unique_ptr<RestClient> client_;
+  Mirror mirror_;
+  std::unique_ptr<Informer> informer_;
+};
+
+TEST_F(InformerTest, ListsThenWatchesAndCallsHandlers) {
+  for (int i = 0; i < 7; ++i) {
+    Create(absl::StrCat("pre-", i));
+  }
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  EXPECT_EQ(informer_->Size(), 7u);
+  Churn("live-");
+  ExpectConverged();
+  EXPECT_EQ(mirror_.deletes(), 1);
+  Informer::ObjectPtr red = informer_->Get("", "live-1");
+  ASSERT_NE(red, nullptr);
+  EXPECT_EQ((*red)["metadata"]["labels"]["color"], "red");
+  EXPECT_EQ((*red)["kind"], "Node");
+  EXPECT_EQ(informer_->Get("", "live-3"), nullptr);
+}
+
+TEST_F(InformerTest, NamespacedPods) {
+  ASSERT_TRUE(client_->Create(kPods, "ns", Pod("a")).ok());
+  ASSERT_TRUE(client_->Create(kPods, "ns", Pod("b")).ok());
+  StartInformer(kPods, "ns");
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  ASSERT_TRUE(client_->Create(kPods, "ns", Pod("c")).ok());
+  ASSERT_TRUE(client_->Delete(kPods, "ns", "a", DeleteOptions()).ok());
+  ExpectConverged(kPods, "ns");
+  EXPECT_NE(informer_->Get("ns", "c"), nullptr);
+}
+
+TEST_F(InformerTest, ConvergesThrough5xx) {
+  Churn("a-");
+  Inject(FaultRule::Kind::kStatus, "list", 3);
+  Inject(FaultRule::Kind::kStatus, "watch", 4);
+  StartInformer();
+  Churn("b-");
+  ExpectConverged();
+  Churn("c-");
+  ExpectConverged();
+}
+
+TEST_F(InformerTest, ConvergesThrough429WithRetryAfter) {
+  Churn("a-");
+  Inject(FaultRule::Kind::kTooManyRequests, "list", 1);
+  Inject(FaultRule::Kind::kTooManyRequests, "watch", 2);
+  StartInformer();
+  Churn("b-");
+  ExpectConverged();
+}
+
+TEST_F(InformerTest, ConvergesThroughDroppedWatches) {
+  Churn("a-");
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  // Every watch is closed after its first event while objects keep changing.
+  Inject(FaultRule::Kind::kDropWatch, "watch", -1);
+  server_->DropWatches();
+  Churn("b-");
+  Churn("c-");
+  ExpectConverged();
+  server_->ClearFaults();
+  server_->DropWatches();
+  Churn("d-");
+  ExpectConverged();
+  EXPECT_GT(Restarts("dropped"), 0);
+}
+
+TEST_F(InformerTest, RelistsOnGoneAndSynthesisesDeletes) {
+  Churn("a-");
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  ExpectConverged();
+  // The next watch is told its resourceVersion expired, while objects vanish and appear.
+  Inject(FaultRule::Kind::kGone, "watch", 1);
+  server_->DropWatches();
+  Remove("a-0");
+  Remove("a-1");
+  Recolor("a-2", "black");
+  Churn("b-");
+  ExpectConverged();
+  EXPECT_GE(Restarts("gone"), 1);
+  EXPECT_GE(informer_->ListCountForTest(), 2);
+}
+
+TEST_F(InformerTest, RelistsWhenHistoryIsCompacted) {
+  Churn("a-");
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  // Keep the informer off the server while history moves on and is compacted.
+  Inject(FaultRule::Kind::kStatus, "watch", -1);
+  server_->DropWatches();
+  WaitForNoWatches();
+  const std::string stale_rv = informer_->LastResourceVersion();
+  Remove("a-0");
+  Churn("b-");
+  server_->CompactHistory();
+  server_->ClearFaults();
+  ExpectConverged();
+  EXPECT_NE(informer_->LastResourceVersion(), stale_rv);
+  EXPECT_GE(Restarts("gone"), 1);
+  EXPECT_GE(informer_->ListCountForTest(), 2);
+}
+
+TEST_F(InformerTest, ConvergesThroughSlowResponses) {
+  Churn("a-");
+  // Longer than the client's 1 s request timeout: the first list times out and is retried.
+  FaultRule slow;
+  slow.kind = FaultRule::Kind::kSlow;
+  slow.verb = "list";
+  slow.resource = "nodes";
+  slow.delay = absl::Milliseconds(1500);
+  server_->InjectFault(slow);
+  slow.verb = "watch";
+  slow.delay = absl::Milliseconds(300);
+  slow.times = 3;
+  server_->InjectFault(slow);
+  StartInformer();
+  Churn("b-");
+  ExpectConverged();
+}
+
+TEST_F(InformerTest, ConvergesThroughTruncatedBodies) {
+  Churn("a-");
+  Inject(FaultRule::Kind::kTruncateBody, "list", 2);
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  Inject(FaultRule::Kind::kTruncateBody, "watch", 2);
+  server_->DropWatches();
+  Churn("b-");
+  ExpectConverged();
+  Churn("c-");
+  ExpectConverged();
+  EXPECT_GE(Restarts("error"), 1);
+}
+
+TEST_F(InformerTest, ConvergesAfterServerRestartWithLowerResourceVersions) {
+  for (int round = 0; round < 4; ++round) {
+    Churn(absl::StrCat("old", round, "-"));
+  }
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  ExpectConverged();
+  const std::string old_rv = informer_->LastResourceVersion();
+
+  // A fresh server on the same port: empty storage, resourceVersions start over.
+  const int port = server_->port();
+  server_->Stop();
+  server_.reset();
+  absl::SleepFor(absl::Milliseconds(100));
+  StartServer(port);
+  Create("new-0");
+  Create("new-1", "red");
+  ExpectConverged();
+  EXPECT_EQ(informer_->Size(), 2u);
+  uint64_t before = 0, after = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(old_rv, &before));
+  ASSERT_TRUE(absl::SimpleAtoi(informer_->LastResourceVersion(), &after));
+  EXPECT_LT(after, before);
+  Churn("later-");
+  ExpectConverged();
+}
+
+TEST_F(InformerTest, ConvergesAfterQuickServerRestart) {
+  Churn("old-");
+  Churn("older-");
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  const int port = server_->port();
+  server_->Stop();
+  server_.reset();
+  StartServer(port);  // no pause: the informer may reconnect with a version the server never had
+  Create("fresh");
+  ExpectConverged();
+  EXPECT_EQ(informer_->Size(), 1u);
+}
+
+TEST_F(InformerTest, StopIsPromptAndFinal) {
+  Churn("a-");
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  informer_->Stop();
+  const size_t size = informer_->Size();
+  Churn("b-");
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(informer_->Size(), size);
+}
+
+// ---------- verbs against the real server ----------
+
+TEST_F(InformerTest, VerbsAgainstRealServer) {
+  nlohmann::json generated = Node("");
+  generated["metadata"].erase("name");
+  generated["metadata"]["generateName"] = "gen-";
+  auto created = client_->Create(kNodes, "", generated);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string name = (*created)["metadata"]["name"];
+  EXPECT_THAT(name, ::testing::StartsWith("gen-"));
+  EXPECT_GT(name.size(), 4u);
+
+  EXPECT_TRUE(k8s::IsAlreadyExists(client_->Create(kNodes, "", *created).status()));
+  EXPECT_TRUE(k8s::IsNotFound(client_->Get(kNodes, "", "ghost").status()));
+
+  // A stale resourceVersion is a conflict.
+  nlohmann::json stale = *created;
+  Recolor(name, "red");
+  stale["metadata"]["labels"]["color"] = "green";
+  absl::Status conflict = client_->Update(kNodes, "", stale, "").status();
+  EXPECT_TRUE(IsConflict(conflict)) << conflict;
+
+  // Status subresource.
+  auto pod = client_->Create(kPods, "ns", Pod("p"));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  (*pod)["status"]["phase"] = "Running";
+  auto updated = client_->Update(kPods, "ns", *pod, "status");
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ((*updated)["status"]["phase"], "Running");
+  auto patched =
+      client_->MergePatch(kPods, "ns", "p", {{"status", {{"phase", "Succeeded"}}}}, "status");
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  EXPECT_EQ((*patched)["status"]["phase"], "Succeeded");
+
+  // Paging and selectors.
+  for (int i = 0; i < 7; ++i) {
+    Create(absl::StrCat("page-", i), i % 2 == 0 ? "even" : "odd");
+  }
+  ListOptions even;
+  even.label_selector = "color=even";
+  even.limit = 2;
+  auto evens = ListAll(*client_, kNodes, "", even);
+  ASSERT_TRUE(evens.ok()) << evens.status();
+  EXPECT_EQ(evens->items.size(), 4u);
+  EXPECT_FALSE(evens->resource_version.empty());
+
+  // Delete with a precondition that does not hold, then one that does.
+  DeleteOptions wrong_uid;
+  wrong_uid.precondition_uid = "not-the-uid";
+  EXPECT_TRUE(IsConflict(client_->Delete(kNodes, "", "page-0", wrong_uid)));
+  auto page0 = client_->Get(kNodes, "", "page-0");
+  ASSERT_TRUE(page0.ok());
+  DeleteOptions right_uid;
+  right_uid.precondition_uid = (*page0)["metadata"]["uid"];
+  EXPECT_TRUE(client_->Delete(kNodes, "", "page-0", right_uid).ok());
+
+  ListOptions odd;
+  odd.label_selector = "color=odd";
+  ASSERT_TRUE(client_->DeleteCollection(kNodes, "", odd).ok());
+  auto left = ListAll(*client_, kNodes, "", odd);
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->items.empty());
+  auto all = ListAll(*client_, kNodes, "", ListOptions());
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->items.size(), 4u);  // generated + page-2, page-4, page-6
+
+  // Invalid objects are InvalidArgument with the server's message.
+  nlohmann::json bad = Node("Not_A_Valid_Name");
+  absl::Status invalid = client_->Create(kNodes, "", bad).status();
+  EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument) << invalid;
+}
+
+TEST_F(InformerTest, UpdateWithRetryUnderConcurrentWriters) {
+  Create("counter");
+  auto increment = [](nlohmann::json& node) {
+    auto& annotations = node["metadata"]["annotations"];
+    int value = 0;
+    if (annotations.is_object() && annotations.contains("count")) {
+      value = std::stoi(annotations["count"].get<std::string>());
+    }
+    annotations["count"] = std::to_string(value + 1);
+    return absl::OkStatus();
+  };
+  constexpr int kPerWriter = 15;
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < 3; ++w) {
+    writers.emplace_back([&] {
+      for (int i = 0; i < kPerWriter; ++i) {
+        if (!UpdateWithRetry(*client_, kNodes, "", "counter", increment, 50).ok()) {
+          failures.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : writers) {
+    t.join();
+  }
+  EXPECT_EQ(failures.load(), 0);
+  auto node = client_->Get(kNodes, "", "counter");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ((*node)["metadata"]["annotations"]["count"], std::to_string(3 * kPerWriter));
+  EXPECT_GT(
+      metrics_->requests_total.Add({{"verb", "update"}, {"resource", "nodes"}, {"code", "409"}})
+          .Value(),
+      0);
+}
+
+TEST_F(InformerTest, UpdateWithRetryGivesUpAndPropagatesMutateErrors) {
+  Create("x");
+  absl::Status status = UpdateWithRetry(*client_, kNodes, "", "x", [](nlohmann::json&) {
+                          return absl::FailedPreconditionError("no");
+                        }).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(k8s::IsNotFound(UpdateWithRetry(*client_, kNodes, "", "ghost", [](nlohmann::json&) {
+                                return absl::OkStatus();
+                              }).status()));
+}
+
+}  // namespace
+}  // namespace dralens::k8s
