@@ -1,0 +1,84 @@
+// NvmlDeviceSource: the GPUs of a real node, through libnvidia-ml loaded at run time.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "driver/discovery/device_source.h"
+#include "driver/discovery/nvml/nvml_library.h"
+#include "src/model/inventory.h"
+
+namespace dralens::driver::discovery {
+
+struct NvmlOptions {
+  // Passed to dlopen as is: a bare soname searches the usual library path.
+  std::string library_path = "libnvidia-ml.so.1";
+  // Root of sysfs, for the NUMA node and PCIe root of each GPU (/sys/bus/pci/devices/<bdf>).
+  std::string sysfs_root = "/sys";
+  // nvidia-smi, for time-slicing (NVML has no public non-vGPU time-slice call, reference §7.5).
+  std::string nvidia_smi_path = "nvidia-smi";
+};
+
+// "00000000:1B:00.0" -> "0000:1b:00.0" (lower case, 4-digit domain), as go-nvlib publishes it.
+std::string NormalizePciBusId(absl::string_view bus_id);
+// go-nvlib names of nvmlBrandType_t and nvmlDeviceArchitecture_t values.
+std::string BrandName(int brand);
+std::string ArchitectureName(unsigned int architecture);
+// nvmlSystemGetCudaDriverVersion's integer: 12040 -> "12.4".
+std::string CudaDriverVersionString(int version);
+
+// Discovery follows the DRA driver's call sequence (reference §5) and only reads: it never
+// calls a function that changes a GPU setting. NVML stays initialised (one nvmlInitWithFlags)
+// for the lifetime of the object. MIG create/destroy, MIG mode and time-slicing change the GPU
+// and are meant for the MIG manager and sharing code only.
+//
+// Thread-safe: NVML is thread-safe; MIG changes are serialised by a mutex; one thread at a time
+// should call WaitForEvent.
+class NvmlDeviceSource : public DeviceSource {
+ public:
+  // Loads the library (errors name the library or the missing symbol) and initialises NVML.
+  static absl::StatusOr<std::unique_ptr<NvmlDeviceSource>> Create(const NvmlOptions& options);
+  ~NvmlDeviceSource() override;
+
+  // DeviceSource
+  absl::StatusOr<model::Inventory> Discover() override;
+  absl::StatusOr<model::MigDevice> CreateMigDevice(absl::string_view gpu_uuid,
+                                                   absl::string_view profile,
+                                                   uint32_t placement_start) override;
+  absl::Status DestroyMigDevice(absl::string_view mig_uuid) override;
+  absl::Status DestroyMigInstance(absl::string_view gpu_uuid, uint32_t gi_id,
+                                  uint32_t ci_id) override;
+  absl::Status SetMigMode(absl::string_view gpu_uuid, bool enabled) override;
+  absl::Status SetTimeSlice(absl::string_view gpu_uuid, TimeSlice interval) override;
+  absl::StatusOr<std::optional<HealthEvent>> WaitForEvent(absl::Duration timeout) override;
+
+ private:
+  NvmlDeviceSource(NvmlOptions options, std::unique_ptr<nvml::NvmlLibrary> library);
+
+  const nvml::NvmlApi& api() const { return library_->api(); }
+  absl::StatusOr<model::GpuInfo> ReadGpu(nvml::nvmlDevice_t device, unsigned int index);
+  absl::StatusOr<std::vector<model::MigProfile>> ReadMigProfiles(nvml::nvmlDevice_t device,
+                                                                 const model::GpuInfo& gpu);
+  absl::StatusOr<std::vector<model::MigDevice>> ReadMigDevices(nvml::nvmlDevice_t device,
+                                                               const model::GpuInfo& gpu);
+  absl::StatusOr<model::MigDevice> ReadMigDevice(nvml::nvmlDevice_t parent, nvml::nvmlDevice_t mig,
+                                                 const model::GpuInfo& gpu);
+  absl::StatusOr<nvml::nvmlDevice_t> HandleByUuid(absl::string_view uuid);
+  absl::StatusOr<model::GpuInfo> ReadGpuByUuid(absl::string_view uuid, nvml::nvmlDevice_t* device);
+  absl::Status DestroyLocked(nvml::nvmlDevice_t parent, absl::string_view parent_uuid,
+                             uint32_t gi_id, uint32_t ci_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RunNvidiaSmi(const std::vector<std::string>& args);
+  absl::StatusOr<nvml::nvmlEventSet_t> EventSet();
+
+  const NvmlOptions options_;
+  std::unique_ptr<nvml::NvmlLibrary> library_;
+  bool initialized_ = false;
+
+  absl::Mutex mu_;  // serialises MIG changes and the lazy event-set setup
+  nvml::nvmlEventSet_t event_set_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace dralens::driver::discovery
