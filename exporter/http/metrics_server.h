@@ -1,0 +1,49 @@
+// MetricsServer: the HTTP endpoint of every role: /metrics, /healthz, /readyz.
+//
+// /metrics renders the registry with prometheus-cpp's text serializer (Prometheus text 0.0.4).
+// /healthz answers 200 while the process serves; /readyz runs the role's readiness check and
+// answers 200 "ok" or 503 with the reason. Served by cpp-httplib on its own threads.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "prometheus/registry.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace dralens::exporter {
+
+class MetricsServer {
+ public:
+  // Returns OK when ready, or a status whose message says what is missing.
+  using ReadinessCheck = std::function<absl::Status()>;
+
+  // `registry` must outlive the server.
+  MetricsServer(std::shared_ptr<prometheus::Registry> registry, ReadinessCheck ready);
+  ~MetricsServer();  // Stop()
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  // Binds "host:port" (port 0 picks one; "[::1]:p" for IPv6) and serves in the background.
+  absl::Status Start(const std::string& address);
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  ReadinessCheck ready_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// Splits "host:port" or "[v6]:port"; port must be 0..65535.
+absl::Status SplitHostPort(const std::string& address, std::string* host, int* port);
+
+}  // namespace dralens::exporter

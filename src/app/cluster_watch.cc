@@ -1,0 +1,53 @@
+#include "src/app/cluster_watch.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dralens::app {
+
+ClusterWatch::ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetrics* metrics) {
+  for (const k8s::ResourceType* type : {&k8s::kResourceClaims, &k8s::kResourceSlices,
+                                        &k8s::kDeviceClasses, &k8s::kPods, &k8s::kNodes}) {
+    k8s::InformerOptions options;
+    options.metrics = metrics;
+    informers_.push_back(std::make_unique<k8s::Informer>(client, *type, options));
+    names_.push_back(type->plural);
+  }
+}
+
+ClusterWatch::~ClusterWatch() { Stop(); }
+
+void ClusterWatch::Start() {
+  for (auto& informer : informers_) {
+    informer->Start();
+  }
+}
+
+void ClusterWatch::Stop() {
+  for (auto& informer : informers_) {
+    informer->Stop();
+  }
+}
+
+absl::Status ClusterWatch::Ready() const {
+  std::vector<std::string> pending;
+  for (size_t i = 0; i < informers_.size(); ++i) {
+    if (!informers_[i]->HasSynced()) {
+      pending.push_back(names_[i]);
+    }
+  }
+  if (pending.empty()) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat("not synced: ", absl::StrJoin(pending, ", ")));
+}
+
+std::string ClusterWatch::Summary() const {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < informers_.size(); ++i) {
+    parts.push_back(absl::StrCat(names_[i], "=", informers_[i]->Size()));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
+}  // namespace dralens::app

@@ -1,0 +1,136 @@
+// `dralens demo`: everything on this machine, no cluster needed.
+//
+// Starts the embedded API server, registers the simulated nodes, and runs the cluster role's
+// informers against it, printing how to look at it with kubectl and curl.
+#include <cstdio>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "exporter/http/metrics_server.h"
+#include "src/app/cluster_watch.h"
+#include "src/app/kube.h"
+#include "src/app/lifecycle.h"
+#include "src/app/roles.h"
+#include "src/common/log.h"
+#include "src/common/status.h"
+#include "src/sim/api_server.h"
+
+namespace dralens::app {
+namespace {
+
+// The simulated nodes alternate between the two built-in machine profiles.
+std::string DemoNodeName(int i) {
+  return i % 2 == 0 ? absl::StrCat("dgx-h100-", i / 2) : absl::StrCat("a100-", i / 2);
+}
+
+nlohmann::json DemoNode(const std::string& name, int i) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata",
+           {{"name", name},
+            {"labels",
+             {{"kubernetes.io/hostname", name},
+              {"dralens.dev/simulated-profile", i % 2 == 0 ? "dgx-h100" : "a100-40gb"}}}}}};
+}
+
+}  // namespace
+
+int RunDemo(const FlagValues& flags) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<sim::ApiServer> api_server;
+  std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
+  std::unique_ptr<k8s::RestClient> client;
+  std::unique_ptr<ClusterWatch> watch;
+  std::unique_ptr<exporter::MetricsServer> metrics_server;
+  int nodes = 2;
+  (void)absl::SimpleAtoi(flags.Get("demo-nodes"), &nodes);
+
+  std::vector<Step> startup = {
+      {"start the embedded API server",
+       [&]() -> absl::Status {
+         sim::ApiServerOptions options;
+         std::string host;
+         RETURN_IF_ERROR(
+             exporter::SplitHostPort(flags.Get("api-server-address"), &host, &options.port));
+         options.address = host;
+         api_server = std::make_unique<sim::ApiServer>(options);
+         return api_server->Start();
+       }},
+      {"connect to it",
+       [&]() -> absl::Status {
+         k8s::RestConfig config;
+         config.server = api_server->url();
+         kube_metrics =
+             std::make_unique<k8s::KubeRequestMetrics>(k8s::KubeRequestMetrics::Create(*registry));
+         ASSIGN_OR_RETURN(client, BuildKubeClient(config, kube_metrics.get()));
+         return absl::OkStatus();
+       }},
+      {"register the simulated nodes",
+       [&]() -> absl::Status {
+         for (int i = 0; i < nodes; ++i) {
+           const std::string name = DemoNodeName(i);
+           auto created = client->Create(k8s::kNodes, "", DemoNode(name, i));
+           RETURN_IF_ERROR_CTX(created.status(), absl::StrCat("create node ", name));
+         }
+         return absl::OkStatus();
+       }},
+      {"start the cluster role",
+       [&]() -> absl::Status {
+         watch = std::make_unique<ClusterWatch>(*client, kube_metrics.get());
+         watch->Start();
+         metrics_server =
+             std::make_unique<exporter::MetricsServer>(registry, [&] { return watch->Ready(); });
+         return metrics_server->Start(flags.Get("metrics-address"));
+       }},
+      {"print where to look",
+       [&]() -> absl::Status {
+         std::printf(
+             "\ndralens demo is running.\n\n"
+             "  API server:  %s\n"
+             "    kubectl --server %s get nodes,resourceslices,resourceclaims,deviceclasses -A\n"
+             "  metrics:     http://127.0.0.1:%d/metrics   (readiness: /readyz)\n\n"
+             "Press Ctrl-C to stop.\n\n",
+             api_server->url().c_str(), api_server->url().c_str(), metrics_server->port());
+         std::fflush(stdout);
+         return absl::OkStatus();
+       }},
+      {"wait for shutdown",
+       [&]() -> absl::Status {
+         DLOG(kInfo, "demo", "stopping",
+              {{"signal", WaitForShutdownSignal()}, {"cache", watch->Summary()}});
+         return absl::OkStatus();
+       }},
+  };
+  std::vector<Step> teardown = {
+      {"stop metrics",
+       [&] {
+         if (metrics_server) {
+           metrics_server->Stop();
+         }
+         return absl::OkStatus();
+       }},
+      {"stop the cluster role",
+       [&] {
+         if (watch) {
+           watch->Stop();
+         }
+         return absl::OkStatus();
+       }},
+      {"stop the API server",
+       [&] {
+         if (api_server) {
+           api_server->Stop();
+         }
+         return absl::OkStatus();
+       }},
+  };
+  absl::Status s = RunLifecycle("demo", startup, teardown);
+  if (!s.ok()) {
+    DLOG(kError, "demo", "exiting", {{"error", s.message()}});
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace dralens::app

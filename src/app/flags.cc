@@ -1,0 +1,333 @@
+#include "src/app/flags.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace dralens::app {
+namespace {
+
+constexpr Role kAll[] = {Role::kNode, Role::kCluster, Role::kDemo};
+
+std::function<std::string(absl::string_view)> OneOf(std::vector<std::string> allowed) {
+  return [allowed](absl::string_view v) -> std::string {
+    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) {
+      return "";
+    }
+    return absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "));
+  };
+}
+
+std::string CheckNonEmpty(absl::string_view v) { return v.empty() ? "must not be empty" : ""; }
+
+std::string CheckAbsolutePath(absl::string_view v) {
+  return absl::StartsWith(v, "/") ? "" : "must be an absolute path";
+}
+
+std::string CheckPositiveInt(absl::string_view v) {
+  int n = 0;
+  if (!absl::SimpleAtoi(v, &n) || n < 1) {
+    return "must be a positive integer";
+  }
+  return "";
+}
+
+std::vector<FlagSpec> BuildFlags() {
+  const std::vector<Role> node = {Role::kNode, Role::kDemo};
+  const std::vector<Role> all(std::begin(kAll), std::end(kAll));
+  std::vector<FlagSpec> f;
+  f.push_back({"node-name",
+               "NODE_NAME",
+               "",
+               "Name of the Kubernetes Node this driver serves; also the ResourceSlice pool name. "
+               "Required for `node`. The DaemonSet sets it from the downward API.",
+               {Role::kNode},
+               CheckDnsSubdomain});
+  f.push_back({"driver-name", "DRALENS_DRIVER_NAME", "gpu.dralens.dev",
+               "DRA driver name published in ResourceSlices and registered with the kubelet.", node,
+               CheckDnsSubdomain});
+  f.push_back({"kubeconfig",
+               "KUBECONFIG",
+               "",
+               "Path to a kubeconfig file. Unset means the in-cluster service account "
+               "(`demo` ignores it and uses its embedded API server).",
+               {Role::kNode, Role::kCluster},
+               nullptr});
+  f.push_back({"kubelet-registry-dir", "DRALENS_KUBELET_REGISTRY_DIR",
+               "/var/lib/kubelet/plugins_registry",
+               "Kubelet plugin registration directory; the registration socket is "
+               "`<dir>/<driver-name>-reg.sock`.",
+               node, CheckAbsolutePath});
+  f.push_back({"kubelet-plugins-dir", "DRALENS_KUBELET_PLUGINS_DIR", "/var/lib/kubelet/plugins",
+               "Kubelet plugins directory; the driver uses `<dir>/<driver-name>/` for `dra.sock` "
+               "and its checkpoint.",
+               node, CheckAbsolutePath});
+  f.push_back({"cdi-root", "DRALENS_CDI_ROOT", "/var/run/cdi",
+               "Directory for the per-claim CDI spec files the container runtime reads.", node,
+               CheckAbsolutePath});
+  f.push_back({"device-source",
+               "DRALENS_DEVICE_SOURCE",
+               "nvml",
+               "Where GPUs come from: `nvml` (libnvidia-ml.so.1, loaded at run time) or "
+               "`simulated`.",
+               {Role::kNode},
+               OneOf({"nvml", "simulated"})});
+  f.push_back({"simulated-profile",
+               "DRALENS_SIMULATED_PROFILE",
+               "dgx-h100",
+               "Built-in simulated node profile (`dgx-h100`, `a100-40gb`, `mixed`) or the path "
+               "of a JSON profile. Used with `--device-source=simulated`.",
+               {Role::kNode},
+               CheckNonEmpty});
+  f.push_back({"metrics-address", "DRALENS_METRICS_ADDRESS", "0.0.0.0:9477",
+               "host:port serving /metrics, /healthz, /readyz and /debug. Port 0 picks a free "
+               "port.",
+               all, CheckHostPort});
+  f.push_back({"api-server-address",
+               "DRALENS_API_SERVER_ADDRESS",
+               "127.0.0.1:8080",
+               "host:port of the embedded API server the demo starts. Port 0 picks a free port.",
+               {Role::kDemo},
+               CheckHostPort});
+  f.push_back({"demo-nodes",
+               "DRALENS_DEMO_NODES",
+               "2",
+               "How many simulated nodes the demo starts (alternating dgx-h100 and a100-40gb).",
+               {Role::kDemo},
+               CheckPositiveInt});
+  f.push_back({"log-level", "DRALENS_LOG_LEVEL", "info",
+               "Lowest level written to stderr: debug, info, warn or error.", all,
+               OneOf({"debug", "info", "warn", "error"})});
+  return f;
+}
+
+const FlagSpec* FindFlag(absl::string_view name) {
+  for (const FlagSpec& spec : AllFlags()) {
+    if (spec.name == name) {
+      return &spec;
+    }
+  }
+  return nullptr;
+}
+
+bool RoleAccepts(const FlagSpec& spec, Role role) {
+  return std::find(spec.roles.begin(), spec.roles.end(), role) != spec.roles.end();
+}
+
+const std::string& Empty() {
+  static const std::string* empty = new std::string();
+  return *empty;
+}
+
+}  // namespace
+
+absl::string_view ToString(Role role) {
+  switch (role) {
+    case Role::kNode:
+      return "node";
+    case Role::kCluster:
+      return "cluster";
+    case Role::kDemo:
+      return "demo";
+  }
+  return "unknown";
+}
+
+const std::vector<FlagSpec>& AllFlags() {
+  static const std::vector<FlagSpec>* flags = new std::vector<FlagSpec>(BuildFlags());
+  return *flags;
+}
+
+const std::string& FlagValues::Get(absl::string_view name) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? Empty() : it->second;
+}
+
+bool FlagValues::GetBool(absl::string_view name) const { return Get(name) == "true"; }
+
+const std::string& FlagValues::Source(absl::string_view name) const {
+  auto it = sources_.find(name);
+  return it == sources_.end() ? Empty() : it->second;
+}
+
+void FlagValues::Set(const std::string& name, std::string value, std::string source) {
+  values_[name] = std::move(value);
+  sources_[name] = std::move(source);
+}
+
+absl::StatusOr<FlagValues> ParseFlags(Role role, const std::vector<std::string>& args,
+                                      const std::function<const char*(const char*)>& getenv) {
+  FlagValues values;
+  // Defaults, then the environment.
+  for (const FlagSpec& spec : AllFlags()) {
+    if (!RoleAccepts(spec, role)) {
+      continue;
+    }
+    values.Set(spec.name, spec.default_value, "default");
+    const char* env = getenv(spec.env.c_str());
+    if (env == nullptr) {
+      continue;
+    }
+    std::string v(env);
+    if (spec.is_bool) {
+      v = absl::AsciiStrToLower(v);
+    }
+    if (spec.check) {
+      if (std::string why = spec.check(v); !why.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("invalid value \"", v,
+                                                       "\" in environment variable ", spec.env,
+                                                       " (--", spec.name, "): ", why));
+      }
+    }
+    values.Set(spec.name, std::move(v), "env");
+  }
+  // Then the command line.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg,
+                                                     "\" for `dralens ", ToString(role),
+                                                     "`: flags look like --name=value"));
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    const FlagSpec* spec = FindFlag(name);
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " for `dralens ",
+                                                     ToString(role), "` (see `dralens ",
+                                                     ToString(role), " --help`)"));
+    }
+    if (!RoleAccepts(*spec, role)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --", name, " does not apply to `dralens ", ToString(role), "`"));
+    }
+    if (!has_value) {
+      if (spec->is_bool) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+      }
+    }
+    if (spec->check) {
+      if (std::string why = spec->check(value); !why.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("invalid value \"", value, "\" for --", name, ": ", why));
+      }
+    }
+    values.Set(spec->name, std::move(value), "flag");
+  }
+  return values;
+}
+
+std::string RoleHelp(Role role) {
+  std::string out;
+  switch (role) {
+    case Role::kNode:
+      out = "Usage: dralens node [flags]\n\nRuns the DRA kubelet plugin on a GPU node.\n";
+      break;
+    case Role::kCluster:
+      out =
+          "Usage: dralens cluster [flags]\n\nWatches claims, slices, classes, pods and nodes "
+          "cluster-wide and exports what no single node can see.\n";
+      break;
+    case Role::kDemo:
+      out =
+          "Usage: dralens demo [flags]\n\nStarts an embedded API server, simulated GPU nodes and "
+          "the cluster role on this machine; no cluster needed.\n";
+      break;
+  }
+  out += "\nFlags (each has an environment twin; a flag wins over its variable):\n";
+  for (const FlagSpec& spec : AllFlags()) {
+    if (!RoleAccepts(spec, role)) {
+      continue;
+    }
+    absl::StrAppend(&out, "  --", spec.name, " (", spec.env, ")");
+    if (!spec.default_value.empty()) {
+      absl::StrAppend(&out, "  default: ", spec.default_value);
+    }
+    absl::StrAppend(&out, "\n      ", spec.help, "\n");
+  }
+  out +=
+      "\nTracing uses the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, "
+      "OTEL_TRACES_SAMPLER, ...).\n";
+  return out;
+}
+
+std::string TopLevelHelp() {
+  return "Usage: dralens <role> [flags]\n"
+         "\n"
+         "dralens is a Kubernetes DRA driver for GPUs with observability built in.\n"
+         "\n"
+         "Roles:\n"
+         "  node      DRA kubelet plugin for one GPU node (DaemonSet)\n"
+         "  cluster   cluster-wide analysis: pending claims, stranded capacity (Deployment)\n"
+         "  demo      embedded API server + simulated nodes + cluster role, on this machine\n"
+         "\n"
+         "Run `dralens <role> --help` for the flags of a role.\n";
+}
+
+std::string FlagReferenceMarkdown() {
+  std::string out = "| flag | environment | default | roles | meaning |\n|---|---|---|---|---|\n";
+  for (const FlagSpec& spec : AllFlags()) {
+    std::vector<std::string> roles;
+    for (Role r : spec.roles) {
+      roles.emplace_back(ToString(r));
+    }
+    absl::StrAppend(&out, "| `--", spec.name, "` | `", spec.env, "` | ",
+                    spec.default_value.empty() ? "" : absl::StrCat("`", spec.default_value, "`"),
+                    " | ", absl::StrJoin(roles, ", "), " | ", spec.help, " |\n");
+  }
+  return out;
+}
+
+std::string CheckHostPort(absl::string_view value) {
+  const size_t colon = value.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return "must be host:port";
+  }
+  absl::string_view host = value.substr(0, colon);
+  absl::string_view port = value.substr(colon + 1);
+  int p = 0;
+  if (!absl::SimpleAtoi(port, &p) || p < 0 || p > 65535 || port.empty()) {
+    return "port must be a number from 0 to 65535";
+  }
+  if (absl::StartsWith(host, "[") != absl::EndsWith(host, "]")) {
+    return "IPv6 hosts must be written in brackets, e.g. [::1]:9477";
+  }
+  return "";
+}
+
+std::string CheckDnsSubdomain(absl::string_view value) {
+  if (value.empty() || value.size() > 253) {
+    return "must be a DNS subdomain (1 to 253 characters)";
+  }
+  for (absl::string_view label : absl::StrSplit(value, '.')) {
+    if (label.empty() || label.size() > 63 || !absl::ascii_isalnum(label.front()) ||
+        !absl::ascii_isalnum(label.back())) {
+      return "must be a DNS subdomain: lower-case labels of letters, digits and '-', separated "
+             "by '.'";
+    }
+    for (char c : label) {
+      if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) {
+        return "must be a DNS subdomain: lower-case labels of letters, digits and '-', "
+               "separated by '.'";
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace dralens::app

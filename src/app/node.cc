@@ -1,0 +1,93 @@
+// `dralens node`: the DRA kubelet plugin of one GPU node.
+//
+// Start-up order matters: flags are checked before anything touches the host, the API server
+// is reached before the metrics endpoint reports ready, and teardown always runs.
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "exporter/http/metrics_server.h"
+#include "src/app/kube.h"
+#include "src/app/lifecycle.h"
+#include "src/app/roles.h"
+#include "src/common/log.h"
+#include "src/common/status.h"
+
+namespace dralens::app {
+namespace {
+
+struct NodeState {
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
+  std::unique_ptr<k8s::RestClient> client;
+  std::unique_ptr<exporter::MetricsServer> metrics_server;
+  std::atomic<bool> node_found{false};
+};
+
+}  // namespace
+
+int RunNode(const FlagValues& flags) {
+  NodeState state;
+  const std::string node_name = flags.Get("node-name");
+  std::vector<Step> startup = {
+      {"check flags",
+       [&]() -> absl::Status {
+         if (node_name.empty()) {
+           return absl::InvalidArgumentError(
+               "--node-name (NODE_NAME) is required: the Node this driver serves");
+         }
+         return absl::OkStatus();
+       }},
+      {"connect to the API server",
+       [&]() -> absl::Status {
+         ASSIGN_OR_RETURN(k8s::RestConfig config, LoadRestConfig(flags));
+         state.kube_metrics = std::make_unique<k8s::KubeRequestMetrics>(
+             k8s::KubeRequestMetrics::Create(*state.registry));
+         ASSIGN_OR_RETURN(state.client, BuildKubeClient(config, state.kube_metrics.get()));
+         return absl::OkStatus();
+       }},
+      {"serve metrics",
+       [&]() -> absl::Status {
+         state.metrics_server =
+             std::make_unique<exporter::MetricsServer>(state.registry, [&]() -> absl::Status {
+               return state.node_found.load()
+                          ? absl::OkStatus()
+                          : absl::UnavailableError(absl::StrCat("node ", node_name, " not found"));
+             });
+         return state.metrics_server->Start(flags.Get("metrics-address"));
+       }},
+      {"look up the node",
+       [&]() -> absl::Status {
+         auto node = state.client->Get(k8s::kNodes, "", node_name);
+         if (!node.ok()) {
+           return common::Annotate(node.status(), absl::StrCat("get node ", node_name));
+         }
+         state.node_found = true;
+         DLOG(kInfo, "node", "node found",
+              {{"node", node_name}, {"uid", node->value("/metadata/uid"_json_pointer, "")}});
+         return absl::OkStatus();
+       }},
+      {"wait for shutdown",
+       [&]() -> absl::Status {
+         DLOG(kInfo, "node", "running", {{"node", node_name}});
+         DLOG(kInfo, "node", "stopping", {{"signal", WaitForShutdownSignal()}});
+         return absl::OkStatus();
+       }},
+  };
+  std::vector<Step> teardown = {
+      {"stop metrics",
+       [&] {
+         if (state.metrics_server) {
+           state.metrics_server->Stop();
+         }
+         return absl::OkStatus();
+       }},
+  };
+  absl::Status s = RunLifecycle("node", startup, teardown);
+  if (!s.ok()) {
+    DLOG(kError, "node", "exiting", {{"error", s.message()}});
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace dralens::app

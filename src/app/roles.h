@@ -1,0 +1,12 @@
+// Entry points of the three roles. Each returns the process exit code.
+#pragma once
+
+#include "src/app/flags.h"
+
+namespace dralens::app {
+
+int RunNode(const FlagValues& flags);
+int RunCluster(const FlagValues& flags);
+int RunDemo(const FlagValues& flags);
+
+}  // namespace dralens::app

@@ -1,0 +1,162 @@
+#include "src/app/flags.h"
+
+#include <map>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace dralens::app {
+namespace {
+
+using ::testing::HasSubstr;
+
+class Env {
+ public:
+  Env() = default;
+  explicit Env(std::initializer_list<std::pair<const std::string, std::string>> vars)
+      : vars_(std::move(vars)) {}
+  std::function<const char*(const char*)> Fn() const {
+    return [this](const char* name) -> const char* {
+      auto it = vars_.find(name);
+      return it == vars_.end() ? nullptr : it->second.c_str();
+    };
+  }
+
+ private:
+  std::map<std::string, std::string> vars_;
+};
+
+TEST(FlagsTest, DefaultsApplyWhenNothingIsGiven) {
+  Env env;
+  auto v = ParseFlags(Role::kNode, {}, env.Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->Get("driver-name"), "gpu.dralens.dev");
+  EXPECT_EQ(v->Get("kubelet-registry-dir"), "/var/lib/kubelet/plugins_registry");
+  EXPECT_EQ(v->Get("kubelet-plugins-dir"), "/var/lib/kubelet/plugins");
+  EXPECT_EQ(v->Get("cdi-root"), "/var/run/cdi");
+  EXPECT_EQ(v->Get("device-source"), "nvml");
+  EXPECT_EQ(v->Source("cdi-root"), "default");
+}
+
+TEST(FlagsTest, EnvironmentTwinOverridesDefaultAndFlagOverridesEnvironment) {
+  Env env({{"NODE_NAME", "node-a"}, {"DRALENS_CDI_ROOT", "/env/cdi"}, {"KUBECONFIG", "/k"}});
+  auto v = ParseFlags(Role::kNode, {"--cdi-root=/flag/cdi"}, env.Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->Get("node-name"), "node-a");
+  EXPECT_EQ(v->Source("node-name"), "env");
+  EXPECT_EQ(v->Get("kubeconfig"), "/k");
+  EXPECT_EQ(v->Get("cdi-root"), "/flag/cdi");
+  EXPECT_EQ(v->Source("cdi-root"), "flag");
+}
+
+TEST(FlagsTest, SeparateValueArgumentIsAccepted) {
+  Env env;
+  auto v = ParseFlags(Role::kNode, {"--node-name", "gpu-node-7"}, env.Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->Get("node-name"), "gpu-node-7");
+}
+
+TEST(FlagsTest, UnknownFlagIsAnErrorThatNamesIt) {
+  Env env;
+  auto v = ParseFlags(Role::kNode, {"--node-nmae=x"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("unknown flag --node-nmae"));
+}
+
+TEST(FlagsTest, FlagOfAnotherRoleIsRejected) {
+  Env env;
+  auto v = ParseFlags(Role::kCluster, {"--cdi-root=/x"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("--cdi-root does not apply"));
+}
+
+TEST(FlagsTest, BadValuesNameTheFlagAndWhatIsAllowed) {
+  Env env;
+  auto v = ParseFlags(Role::kNode, {"--device-source=cuda"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()),
+              HasSubstr("invalid value \"cuda\" for --device-source: must be one of nvml, "
+                        "simulated"));
+
+  v = ParseFlags(Role::kNode, {"--metrics-address=localhost"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("--metrics-address"));
+
+  v = ParseFlags(Role::kNode, {"--cdi-root=relative/dir"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("absolute path"));
+
+  v = ParseFlags(Role::kNode, {"--node-name=Node_A"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("DNS subdomain"));
+}
+
+TEST(FlagsTest, BadEnvironmentValueNamesTheVariable) {
+  Env env({{"DRALENS_DEVICE_SOURCE", "gpu"}});
+  auto v = ParseFlags(Role::kNode, {}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()),
+              HasSubstr("environment variable DRALENS_DEVICE_SOURCE (--device-source)"));
+}
+
+TEST(FlagsTest, MissingValueAndStrayArgumentsAreErrors) {
+  Env env;
+  EXPECT_FALSE(ParseFlags(Role::kNode, {"--node-name"}, env.Fn()).ok());
+  auto v = ParseFlags(Role::kNode, {"extra"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("unexpected argument \"extra\""));
+}
+
+TEST(FlagsTest, PortZeroAndIpv6AreAccepted) {
+  EXPECT_EQ(CheckHostPort("127.0.0.1:0"), "");
+  EXPECT_EQ(CheckHostPort("[::1]:9477"), "");
+  EXPECT_EQ(CheckHostPort(":9477"), "");
+  EXPECT_NE(CheckHostPort("127.0.0.1:65536"), "");
+  EXPECT_NE(CheckHostPort("[::1:9"), "");
+}
+
+TEST(FlagsTest, EveryFlagHasAnEnvironmentTwinHelpAndARole) {
+  for (const FlagSpec& spec : AllFlags()) {
+    EXPECT_FALSE(spec.env.empty()) << spec.name;
+    EXPECT_FALSE(spec.help.empty()) << spec.name;
+    EXPECT_FALSE(spec.roles.empty()) << spec.name;
+    if (!spec.default_value.empty() && spec.check) {
+      EXPECT_EQ(spec.check(spec.default_value), "") << spec.name << " default is invalid";
+    }
+  }
+}
+
+TEST(FlagsTest, TheDesignContractFlagsExistWithTheirTwins) {
+  const std::map<std::string, std::string> contract = {
+      {"node-name", "NODE_NAME"},
+      {"driver-name", "DRALENS_DRIVER_NAME"},
+      {"kubeconfig", "KUBECONFIG"},
+      {"kubelet-registry-dir", "DRALENS_KUBELET_REGISTRY_DIR"},
+      {"kubelet-plugins-dir", "DRALENS_KUBELET_PLUGINS_DIR"},
+      {"cdi-root", "DRALENS_CDI_ROOT"},
+      {"device-source", "DRALENS_DEVICE_SOURCE"},
+      {"simulated-profile", "DRALENS_SIMULATED_PROFILE"},
+      {"metrics-address", "DRALENS_METRICS_ADDRESS"},
+  };
+  for (const auto& [name, env] : contract) {
+    bool found = false;
+    for (const FlagSpec& spec : AllFlags()) {
+      if (spec.name == name) {
+        found = true;
+        EXPECT_EQ(spec.env, env);
+      }
+    }
+    EXPECT_TRUE(found) << name;
+  }
+}
+
+TEST(FlagsTest, HelpListsEveryFlagOfTheRole) {
+  const std::string help = RoleHelp(Role::kNode);
+  EXPECT_THAT(help, HasSubstr("--node-name (NODE_NAME)"));
+  EXPECT_THAT(help, HasSubstr("--cdi-root (DRALENS_CDI_ROOT)  default: /var/run/cdi"));
+  EXPECT_THAT(help, ::testing::Not(HasSubstr("--api-server-address")));
+}
+
+}  // namespace
+}  // namespace dralens::app
