@@ -1,0 +1,135 @@
+// SlicePublisher: converges the API server to the SliceBuilder's output for one node and driver.
+//
+// Sync() is one convergence pass:
+//   1. look up the Node's uid once (for the slices' owner reference);
+//   2. list the existing slices with `spec.nodeName=<node>,spec.driver=<driver>` (the selector
+//      the kubelet wipes with), whoever created them: the pool is ours alone;
+//   3. build the desired slices at the highest generation seen and compare them, as a multiset,
+//      with the existing ones (spec, labels and owner references; server-set metadata is
+//      ignored). Equal and all at one generation: nothing is written;
+//   4. otherwise write every slice at generation max(seen, last written) + 1: existing slices
+//      (paired by name order) are updated with their stored resourceVersion, missing ones
+//      created, and only then are extra ones deleted, so that consumers (who use the highest
+//      generation and check resourceSliceCount) never see a mix that looks complete.
+// A conflict (someone else wrote a slice) or a NotFound (someone deleted it meanwhile) restarts
+// the pass from the list, up to `max_conflict_passes` times; other API errors end the pass with
+// the error, annotated.
+//
+// Run() starts a background loop that calls Sync() whenever Publish() or Resync() asked for it
+// and every `resync_interval`, and retries failures with exponential backoff (doubling from
+// `initial_backoff` up to `max_backoff`, at least the server's Retry-After). Time comes from the
+// injected Clock: the loop checks the clock at least every `poll_interval` of real time, so a
+// test's FakeClock::Advance releases it.
+//
+// The first Sync after start always lists and converges, which republishes what the kubelet
+// wiped while the plugin was away.
+//
+// Thread-safety: every public method is thread-safe. Sync() calls are serialized.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "driver/slices/slice_builder.h"
+#include "src/common/clock.h"
+#include "src/k8s/client.h"
+#include "src/model/inventory.h"
+
+namespace dralens::driver::slices {
+
+struct SlicePublisherOptions {
+  std::string node_name;
+  std::string driver_name = "gpu.dralens.dev";
+  bool dynamic_mig = false;
+  int api_minor = 34;  // see SliceBuilderOptions::api_minor
+  absl::Duration initial_backoff = absl::Milliseconds(500);
+  absl::Duration max_backoff = absl::Seconds(60);
+  // Periodic re-list and converge while idle; zero disables it.
+  absl::Duration resync_interval = absl::Minutes(5);
+  // The longest real time the loop waits before looking at the Clock again.
+  absl::Duration poll_interval = absl::Seconds(1);
+  // Passes of one Sync() restarted after a conflict or a concurrent deletion.
+  int max_conflict_passes = 3;
+};
+
+// What one Sync() did.
+struct SyncResult {
+  int created = 0;
+  int updated = 0;
+  int deleted = 0;
+  int64_t generation = 0;  // the pool generation on the server afterwards
+  size_t slices = 0;       // slices in the pool afterwards
+  size_t devices = 0;      // devices in the pool afterwards
+
+  bool changed() const { return created + updated + deleted > 0; }
+};
+
+class SlicePublisher {
+ public:
+  // `client` and `clock` are not owned and must outlive the publisher.
+  SlicePublisher(k8s::KubeClient& client, common::Clock& clock, SlicePublisherOptions options);
+  ~SlicePublisher();  // Stop()s the loop.
+  SlicePublisher(const SlicePublisher&) = delete;
+  SlicePublisher& operator=(const SlicePublisher&) = delete;
+
+  // Sets the inventory to publish and wakes the loop. Does not contact the server.
+  void Publish(model::Inventory inventory);
+  // Asks the loop for a pass even if the inventory did not change (e.g. after the kubelet
+  // re-registered the plugin and may have wiped the slices).
+  void Resync();
+
+  // One convergence pass for the latest inventory. FailedPrecondition before the first
+  // Publish(). Used by the loop; tests and the node role's startup may call it directly.
+  absl::StatusOr<SyncResult> Sync();
+
+  // Starts the background loop (idempotent).
+  void Run();
+  // Stops the loop and waits for it; an in-flight API call finishes first. Idempotent.
+  void Stop();
+
+  // Readiness: when the last Sync() succeeded (Clock time), and whether the latest inventory
+  // is on the server as of that pass.
+  std::optional<absl::Time> LastSuccess() const;
+  bool Published() const;
+  // The error of the last failed pass; OK after a success.
+  absl::Status LastError() const;
+  // Passes run so far (successful or not).
+  int64_t SyncCountForTest() const;
+
+ private:
+  absl::StatusOr<SyncResult> SyncPass(const model::Inventory& inventory);
+  absl::Status EnsureNodeUid();
+  void Loop();
+
+  k8s::KubeClient& client_;
+  common::Clock& clock_;
+  const SlicePublisherOptions options_;
+
+  // Serializes Sync() passes and guards what only they touch.
+  absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::string node_uid_ ABSL_GUARDED_BY(sync_mu_);
+  int64_t last_generation_ ABSL_GUARDED_BY(sync_mu_) = 0;
+
+  mutable absl::Mutex mu_;
+  std::optional<model::Inventory> inventory_ ABSL_GUARDED_BY(mu_);
+  uint64_t inventory_seq_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Publish()
+  uint64_t published_seq_ ABSL_GUARDED_BY(mu_) = 0;  // seq of the last successful pass
+  bool want_sync_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Time> last_success_ ABSL_GUARDED_BY(mu_);
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+  int64_t sync_count_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Mutex run_mu_;  // serializes Run()/Stop()
+  std::unique_ptr<std::thread> thread_ ABSL_GUARDED_BY(run_mu_);
+};
+
+}  // namespace dralens::driver::slices
