@@ -1,0 +1,231 @@
+#include "driver/plugin/dra_service.h"
+
+#include <exception>
+#include <set>
+#include <type_traits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/log.h"
+
+namespace dralens::driver::plugin {
+namespace {
+
+// The claims worth handing to the handler, and the error entries decided without it.
+template <typename Result>
+struct ClaimBatch {
+  std::vector<ClaimRef> valid;             // distinct UIDs, request order
+  std::map<std::string, Result> rejected;  // malformed claims, keyed by UID
+};
+
+std::string MissingFieldError(const ClaimRef& claim) {
+  if (claim.uid.empty()) {
+    return "claim has no uid";
+  }
+  if (claim.name.empty()) {
+    return "claim has no name";
+  }
+  if (claim.namespace_name.empty()) {
+    return "claim has no namespace";
+  }
+  return "";
+}
+
+template <typename Result>
+ClaimBatch<Result> Split(const std::vector<ClaimRef>& claims, absl::string_view api,
+                         absl::string_view rpc) {
+  ClaimBatch<Result> batch;
+  std::set<std::string> seen;
+  for (const ClaimRef& claim : claims) {
+    if (!seen.insert(claim.uid).second) {
+      continue;  // duplicate UID: one entry answers all of them
+    }
+    std::string error = MissingFieldError(claim);
+    if (error.empty()) {
+      batch.valid.push_back(claim);
+      continue;
+    }
+    DLOG(kWarn, "plugin", "malformed claim in kubelet request",
+         {{"api", api}, {"rpc", rpc}, {"uid", claim.uid}, {"error", error}});
+    if constexpr (std::is_same_v<Result, PrepareResult>) {
+      batch.rejected[claim.uid].error = std::move(error);
+    } else {
+      batch.rejected[claim.uid] = std::move(error);
+    }
+  }
+  return batch;
+}
+
+std::string& ErrorOf(PrepareResult& result) { return result.error; }
+std::string& ErrorOf(std::string& result) { return result; }
+
+// Runs `call` (the handler) on the valid claims and completes its answer into exactly one entry
+// per requested UID.
+template <typename Result, typename Call>
+std::map<std::string, Result> Dispatch(const std::vector<ClaimRef>& claims, absl::string_view api,
+                                       absl::string_view rpc, Call call) {
+  ClaimBatch<Result> batch = Split<Result>(claims, api, rpc);
+  std::map<std::string, Result> answer;
+  if (!batch.valid.empty()) {
+    try {
+      answer = call(batch.valid);
+    } catch (const std::exception& e) {
+      answer.clear();
+      for (const ClaimRef& claim : batch.valid) {
+        ErrorOf(answer[claim.uid]) = absl::StrCat("internal error: ", e.what());
+      }
+    } catch (...) {
+      answer.clear();
+      for (const ClaimRef& claim : batch.valid) {
+        ErrorOf(answer[claim.uid]) = "internal error: unknown exception";
+      }
+    }
+  }
+  std::map<std::string, Result> out = std::move(batch.rejected);
+  for (const ClaimRef& claim : batch.valid) {
+    auto it = answer.find(claim.uid);
+    if (it == answer.end()) {
+      DLOG(kError, "plugin", "claim handler returned no result for a claim",
+           {{"api", api}, {"rpc", rpc}, {"uid", claim.uid}});
+      ErrorOf(out[claim.uid]) = "driver returned no result for this claim";
+      continue;
+    }
+    out[claim.uid] = std::move(it->second);
+    answer.erase(it);
+  }
+  for (const auto& [uid, unused] : answer) {
+    // An entry for a UID the kubelet did not send fails its whole call: drop it.
+    DLOG(kError, "plugin", "claim handler returned a result for a claim not requested",
+         {{"api", api}, {"rpc", rpc}, {"uid", uid}});
+  }
+  return out;
+}
+
+template <typename ClaimList>
+std::vector<ClaimRef> ToClaimRefs(const ClaimList& claims) {
+  std::vector<ClaimRef> refs;
+  refs.reserve(claims.size());
+  for (const auto& claim : claims) {
+    refs.push_back(
+        ClaimRef{.namespace_name = claim.namespace_(), .uid = claim.uid(), .name = claim.name()});
+  }
+  return refs;
+}
+
+void FillDevice(const PreparedDevice& device, dra_v1::Device& out) {
+  out.mutable_request_names()->Add(device.request_names.begin(), device.request_names.end());
+  out.set_pool_name(device.pool_name);
+  out.set_device_name(device.device_name);
+  out.mutable_cdi_device_ids()->Add(device.cdi_device_ids.begin(), device.cdi_device_ids.end());
+  if (device.share_id.has_value()) {
+    out.set_share_id(*device.share_id);
+  }
+}
+
+void FillDevice(const PreparedDevice& device, dra_v1beta1::Device& out) {
+  out.mutable_request_names()->Add(device.request_names.begin(), device.request_names.end());
+  out.set_pool_name(device.pool_name);
+  out.set_device_name(device.device_name);
+  out.mutable_cdi_device_ids()->Add(device.cdi_device_ids.begin(), device.cdi_device_ids.end());
+}
+
+int CountErrors(const std::map<std::string, PrepareResult>& results) {
+  int n = 0;
+  for (const auto& [uid, result] : results) {
+    n += result.error.empty() ? 0 : 1;
+  }
+  return n;
+}
+
+int CountErrors(const std::map<std::string, std::string>& results) {
+  int n = 0;
+  for (const auto& [uid, error] : results) {
+    n += error.empty() ? 0 : 1;
+  }
+  return n;
+}
+
+template <typename Request, typename Response>
+grpc::Status Prepare(ClaimHandler& handler, absl::string_view api, const Request& request,
+                     Response& response) {
+  if (request.claims().empty()) {
+    return grpc::Status::OK;  // liveness probe: answer at once
+  }
+  std::map<std::string, PrepareResult> results =
+      PrepareClaims(handler, ToClaimRefs(request.claims()), api);
+  auto& claims = *response.mutable_claims();
+  for (const auto& [uid, result] : results) {
+    auto& entry = claims[uid];
+    if (!result.error.empty()) {
+      entry.set_error(result.error);  // no devices with an error
+      continue;
+    }
+    for (const PreparedDevice& device : result.devices) {
+      FillDevice(device, *entry.add_devices());
+    }
+  }
+  DLOG(kDebug, "plugin", "NodePrepareResources",
+       {{"api", api}, {"claims", results.size()}, {"errors", CountErrors(results)}});
+  return grpc::Status::OK;
+}
+
+template <typename Request, typename Response>
+grpc::Status Unprepare(ClaimHandler& handler, absl::string_view api, const Request& request,
+                       Response& response) {
+  if (request.claims().empty()) {
+    return grpc::Status::OK;
+  }
+  std::map<std::string, std::string> results =
+      UnprepareClaims(handler, ToClaimRefs(request.claims()), api);
+  auto& claims = *response.mutable_claims();
+  for (const auto& [uid, error] : results) {
+    claims[uid].set_error(error);  // every claim appears, even with an empty entry
+  }
+  DLOG(kDebug, "plugin", "NodeUnprepareResources",
+       {{"api", api}, {"claims", results.size()}, {"errors", CountErrors(results)}});
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+std::map<std::string, PrepareResult> PrepareClaims(ClaimHandler& handler,
+                                                   const std::vector<ClaimRef>& claims,
+                                                   absl::string_view api) {
+  return Dispatch<PrepareResult>(
+      claims, api, "NodePrepareResources",
+      [&](const std::vector<ClaimRef>& valid) { return handler.Prepare(valid); });
+}
+
+std::map<std::string, std::string> UnprepareClaims(ClaimHandler& handler,
+                                                   const std::vector<ClaimRef>& claims,
+                                                   absl::string_view api) {
+  return Dispatch<std::string>(
+      claims, api, "NodeUnprepareResources",
+      [&](const std::vector<ClaimRef>& valid) { return handler.Unprepare(valid); });
+}
+
+grpc::Status DraServiceV1::NodePrepareResources(grpc::ServerContext* /*context*/,
+                                                const dra_v1::NodePrepareResourcesRequest* request,
+                                                dra_v1::NodePrepareResourcesResponse* response) {
+  return Prepare(handler_, "v1", *request, *response);
+}
+
+grpc::Status DraServiceV1::NodeUnprepareResources(
+    grpc::ServerContext* /*context*/, const dra_v1::NodeUnprepareResourcesRequest* request,
+    dra_v1::NodeUnprepareResourcesResponse* response) {
+  return Unprepare(handler_, "v1", *request, *response);
+}
+
+grpc::Status DraServiceV1beta1::NodePrepareResources(
+    grpc::ServerContext* /*context*/, const dra_v1beta1::NodePrepareResourcesRequest* request,
+    dra_v1beta1::NodePrepareResourcesResponse* response) {
+  return Prepare(handler_, "v1beta1", *request, *response);
+}
+
+grpc::Status DraServiceV1beta1::NodeUnprepareResources(
+    grpc::ServerContext* /*context*/, const dra_v1beta1::NodeUnprepareResourcesRequest* request,
+    dra_v1beta1::NodeUnprepareResourcesResponse* response) {
+  return Unprepare(handler_, "v1beta1", *request, *response);
+}
+
+}  // namespace dralens::driver::plugin

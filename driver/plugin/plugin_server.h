@@ -1,0 +1,86 @@
+// PluginServer: the two Unix-socket gRPC servers a DRA kubelet plugin runs (reference
+// dra-protocol.md §1.2):
+//   <plugins-dir>/<driver>/dra.sock        DRAPlugin v1 and v1beta1 (DraServiceV1/V1beta1)
+//   <registry-dir>/<driver>-reg.sock       pluginregistration.Registration (RegistrationServer)
+// Plain insecure gRPC, no TLS. Proto-free header: the composition root includes it without
+// pulling in gRPC.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "driver/plugin/registration.h"
+#include "driver/prepare/claim_handler.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace dralens::driver::plugin {
+
+class DraServiceV1;
+class DraServiceV1beta1;
+class RegistrationServer;
+
+struct PluginServerOptions {
+  std::string driver_name;   // --driver-name, e.g. "gpu.dralens.dev"; no '/'
+  std::string registry_dir;  // --kubelet-registry-dir
+  std::string plugins_dir;   // --kubelet-plugins-dir; the driver owns <plugins_dir>/<driver>/
+  // How long Stop() lets in-flight DRA calls finish before cancelling them.
+  std::chrono::milliseconds shutdown_grace = std::chrono::seconds(5);
+};
+
+// <registry_dir>/<driver>-reg.sock and <plugins_dir>/<driver>/dra.sock, made absolute (the
+// kubelet needs an absolute endpoint, and the path must be the same in and out of the pod).
+std::string RegistrationSocketPath(absl::string_view registry_dir, absl::string_view driver_name);
+std::string DraSocketPath(absl::string_view plugins_dir, absl::string_view driver_name);
+
+// Lifecycle, in this order (the kubelet dials the DRA endpoint as soon as it sees the
+// registration socket, so that socket appears last and disappears first):
+//   Start: create both directories (the driver's own one 0750); remove stale socket files left
+//          by a previous run; serve dra.sock; serve <driver>-reg.sock; chmod both sockets 0600.
+//          The chmod follows the bind, so for a moment the socket carries the process umask;
+//          during that window access is limited by the directories' own permissions.
+//   Stop:  remove the registration socket (this deregisters the plugin), stop the registration
+//          server, stop the DRA server (in-flight calls get `shutdown_grace`, then their
+//          contexts are cancelled; Stop still waits for handlers to return), remove dra.sock.
+// Thread-safe: RegistrationStatus() may be called from any thread; Stop() is idempotent and
+// also runs in the destructor. `handler` must outlive the server.
+class PluginServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<PluginServer>> Start(const PluginServerOptions& options,
+                                                             ClaimHandler& handler);
+  ~PluginServer();
+  PluginServer(const PluginServer&) = delete;
+  PluginServer& operator=(const PluginServer&) = delete;
+
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // What the kubelet last said through NotifyRegistrationStatus (for /readyz).
+  RegistrationState RegistrationStatus() const;
+
+  const std::string& registration_socket_path() const { return registration_socket_path_; }
+  const std::string& dra_socket_path() const { return dra_socket_path_; }
+
+ private:
+  PluginServer(const PluginServerOptions& options, ClaimHandler& handler);
+  absl::Status StartServers() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const PluginServerOptions options_;
+  const std::string registration_socket_path_;
+  const std::string dra_socket_path_;
+  std::unique_ptr<DraServiceV1> dra_v1_;
+  std::unique_ptr<DraServiceV1beta1> dra_v1beta1_;
+  std::unique_ptr<RegistrationServer> registration_;
+  absl::Mutex mu_;  // serializes Stop()
+  std::unique_ptr<grpc::Server> dra_server_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::Server> registration_server_ ABSL_GUARDED_BY(mu_);
+};
+using PluginServerPtr = std::unique_ptr<PluginServer>;
+
+}  // namespace dralens::driver::plugin
