@@ -1,0 +1,85 @@
+#include "driver/prepare/claim_plan.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "driver/slices/slice_builder.h"
+#include "src/common/status.h"
+
+namespace dralens::driver::prepare {
+
+std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventory) {
+  std::map<std::string, OwnedDevice> out;
+  for (const model::GpuInfo& gpu : inventory.gpus()) {
+    OwnedDevice d{.name = slices::GpuDeviceName(gpu),
+                  .type = "gpu",
+                  .uuid = gpu.uuid,
+                  .gpu_minor = gpu.minor,
+                  .mig = std::nullopt};
+    out.emplace(d.name, d);
+  }
+  for (const model::MigDevice& mig : inventory.mig_devices()) {
+    OwnedDevice d{.name = slices::MigDeviceName(mig),
+                  .type = "mig",
+                  .uuid = mig.uuid,
+                  .gpu_minor = mig.parent_minor,
+                  .mig = CdiDeviceInput::Mig{.gi_id = mig.gi_id, .ci_id = mig.ci_id}};
+    out.emplace(d.name, d);
+  }
+  return out;
+}
+
+std::string StripSubRequest(absl::string_view request) {
+  size_t slash = request.find('/');
+  return std::string(slash == absl::string_view::npos ? request : request.substr(0, slash));
+}
+
+absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::string_view driver,
+                                    absl::string_view pool,
+                                    const std::map<std::string, OwnedDevice>& devices,
+                                    const CdiHostInfo& host) {
+  const std::string key = absl::StrCat(claim.metadata.namespace_name, "/", claim.metadata.name);
+  if (!claim.status.allocation.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat("claim ", key, " is not allocated"));
+  }
+  ClaimPlan plan;
+  std::vector<CdiDeviceInput> cdi_inputs;
+  for (const model::DeviceRequestAllocationResult& r : claim.status.allocation->devices.results) {
+    if (r.driver != driver) {
+      continue;  // another driver's device: the kubelet sends the claim to that driver too
+    }
+    if (r.pool != pool) {
+      // Our pools are node-local, so our device in another pool is another node's: the claim
+      // was not allocated for this node, and preparing the rest of it would be wrong.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "claim ", key, ": request \"", r.request, "\" is allocated device \"", r.device,
+          "\" in pool \"", r.pool, "\", but this node serves pool \"", pool, "\""));
+    }
+    auto it = devices.find(r.device);
+    if (it == devices.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("claim ", key, ": request \"", r.request, "\" is allocated device \"",
+                       r.device, "\" in pool \"", r.pool, "\", which this node does not have"));
+    }
+    const OwnedDevice& owned = it->second;
+    RETURN_IF_ERROR(ValidateCdiDeviceName(owned.name));
+    CheckpointDevice d;
+    d.request_names = {StripSubRequest(r.request)};
+    d.pool = r.pool;
+    d.device = r.device;
+    d.cdi_device_ids = {CdiDeviceId(claim.metadata.uid, r.device)};
+    d.share_id = r.share_id;
+    d.type = owned.type;
+    d.uuid = owned.uuid;
+    plan.devices.push_back(std::move(d));
+    cdi_inputs.push_back(
+        CdiDeviceInput{.device = owned.name, .gpu_minor = owned.gpu_minor, .mig = owned.mig});
+  }
+  if (!cdi_inputs.empty()) {
+    ASSIGN_OR_RETURN(CdiSpec spec, BuildClaimCdiSpec(claim.metadata.uid, cdi_inputs, host));
+    plan.cdi_spec = std::move(spec);
+  }
+  return plan;
+}
+
+}  // namespace dralens::driver::prepare

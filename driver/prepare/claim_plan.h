@@ -1,0 +1,51 @@
+// Pure planning for one claim: allocated claim + this node's inventory → the devices to answer
+// with and the CDI spec to write. No I/O, deterministic; the ClaimPreparer applies the plan.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "driver/prepare/cdi.h"
+#include "driver/prepare/checkpoint.h"
+#include "src/model/inventory.h"
+#include "src/model/resource.h"
+
+namespace dralens::driver::prepare {
+
+// A device this node owns, as the preparer needs it.
+struct OwnedDevice {
+  std::string name;
+  std::string type;  // "gpu" | "mig"
+  std::string uuid;
+  uint32_t gpu_minor = 0;  // own minor, or the parent's for MIG
+  std::optional<CdiDeviceInput::Mig> mig;
+};
+
+// Name → device for every GPU and MIG device of an inventory, named exactly as the slice
+// builder publishes them (slices::GpuDeviceName / slices::MigDeviceName). GPUs in MIG mode are
+// listed too; the slice builder does not publish them, so no allocation names them.
+std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventory);
+
+// "req/sub" → "req"; "req" unchanged.
+std::string StripSubRequest(absl::string_view request);
+
+struct ClaimPlan {
+  std::vector<CheckpointDevice> devices;  // in allocation-result order
+  std::optional<CdiSpec> cdi_spec;        // nullopt when the claim has no device here
+};
+
+// Selects the allocation results for `driver` in `pool`, resolves each device against
+// `devices` and computes the answer and the CDI spec. Errors (FailedPrecondition) name the
+// claim: not allocated, a result for our driver in another pool (our pools are node-local, so
+// that device belongs to another node), or one naming a device this node does not have.
+// Results for other drivers are skipped.
+absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::string_view driver,
+                                    absl::string_view pool,
+                                    const std::map<std::string, OwnedDevice>& devices,
+                                    const CdiHostInfo& host);
+
+}  // namespace dralens::driver::prepare

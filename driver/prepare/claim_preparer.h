@@ -1,0 +1,148 @@
+// ClaimPreparer: the ClaimHandler behind NodePrepareResources / NodeUnprepareResources.
+//
+// Prepare, per claim (in this order; each step's "why" is in claim_preparer.cc):
+//   1. lock the claim UID (one operation per claim at a time);
+//   2. checkpoint says PrepareCompleted → return the recorded answer (no GET, no side effect);
+//      PrepareStarted (a crash mid-prepare) → roll back: remove the CDI spec, drop the entry;
+//   3. GET the ResourceClaim, check the UID ("was replaced"), require status.allocation;
+//   4. plan purely (claim_plan.h): our driver's results in our pool, devices resolved against
+//      the inventory (an unknown device is a per-claim error), CDI spec computed;
+//   5. lock the claim's devices (sorted, so claims sharing a device serialise without
+//      deadlock) and refuse a device already prepared for another claim (exclusive unless the
+//      sharing hook allows it);
+//   6. checkpoint PrepareStarted → write the CDI spec → checkpoint PrepareCompleted;
+//   7. answer with the devices.
+// Unprepare, per claim: unknown → success; else remove the CDI spec, then the checkpoint entry.
+//
+// Batches: every distinct claim UID gets exactly one entry; per-claim failures become that
+// entry's error and never fail the batch. Claims of a batch run in parallel (one thread each).
+//
+// Checkpoint: one in-memory copy guarded by one mutex; every change is a single atomic write
+// of the whole file (CheckpointStore::Save) made under that mutex, and memory is updated only
+// once the write succeeded.
+//
+// Crash points for fault tests: when the environment variable DRALENS_TEST_CRASH_AT names one
+// of these steps, the process calls _exit(137) right there (as if killed with SIGKILL):
+//   after-started                PrepareStarted written, no CDI spec yet
+//   after-cdi                    CDI spec written, checkpoint still PrepareStarted
+//   after-completed              PrepareCompleted written, answer not yet returned
+//   unprepare-after-cdi-removed  CDI spec removed, checkpoint entry still present
+//   unprepare-after-checkpoint   checkpoint entry removed, answer not yet returned
+//
+// Thread-safety: Prepare, Unprepare and SetInventory may be called from any thread at once.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "driver/prepare/cdi.h"
+#include "driver/prepare/checkpoint.h"
+#include "driver/prepare/claim_handler.h"
+#include "driver/prepare/claim_plan.h"
+#include "driver/prepare/claim_state.h"
+#include "src/k8s/client.h"
+#include "src/model/inventory.h"
+
+namespace dralens::driver::prepare {
+
+inline constexpr char kCrashAtEnv[] = "DRALENS_TEST_CRASH_AT";
+
+// Sharing hook: may `device` (already prepared for `holder_uid`) also be prepared for
+// `claim_uid`? The default (no hook) answers no: devices are exclusive.
+using SharingPolicy = std::function<bool(
+    const CheckpointDevice& device, absl::string_view holder_uid, absl::string_view claim_uid)>;
+
+struct ClaimPreparerOptions {
+  std::string driver_name = "gpu.dralens.dev";
+  std::string pool_name;  // this node's pool: the node name
+  CdiHostInfo cdi_host;
+  SharingPolicy sharing;  // empty: exclusive
+};
+
+class ClaimPreparer : public ClaimHandler {
+ public:
+  // Loads the checkpoint (see checkpoint.h for its outcomes) and restores claim states into
+  // `states`. The references are not owned and must outlive the preparer.
+  static absl::StatusOr<std::unique_ptr<ClaimPreparer>> Create(
+      ClaimPreparerOptions options, k8s::KubeClient& client, CheckpointStore& store, CdiWriter& cdi,
+      ClaimStateMachine& states, model::Inventory inventory);
+
+  // ClaimHandler
+  std::map<std::string, PrepareResult> Prepare(const std::vector<ClaimRef>& claims) override;
+  std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims) override;
+
+  // Replaces the inventory used to resolve devices of claims prepared from now on.
+  void SetInventory(const model::Inventory& inventory);
+
+  // How Create found the checkpoint.
+  const LoadedCheckpoint& load_result() const { return load_result_; }
+  // A copy of the in-memory checkpoint.
+  Checkpoint CheckpointForTest() const;
+
+ private:
+  ClaimPreparer(ClaimPreparerOptions options, k8s::KubeClient& client, CheckpointStore& store,
+                CdiWriter& cdi, ClaimStateMachine& states, model::Inventory inventory,
+                LoadedCheckpoint loaded);
+
+  absl::StatusOr<std::vector<PreparedDevice>> PrepareOne(const ClaimRef& ref);
+  absl::Status UnprepareOne(const ClaimRef& ref);
+  // Removes the CDI spec and the entry of a claim left in PrepareStarted.
+  absl::Status RollBack(const std::string& uid);
+
+  // Applies `mutate` to a copy of the checkpoint, saves it, and installs it on success.
+  absl::Status UpdateCheckpoint(const std::function<absl::Status(Checkpoint&)>& mutate);
+  std::optional<CheckpointClaim> LookUp(const std::string& uid) const;
+
+  // Per-key mutexes that exist only while someone holds or waits for them.
+  class KeyedLocks {
+   public:
+    class Guard {
+     public:
+      Guard(KeyedLocks& owner, std::vector<std::string> keys);
+      ~Guard();
+      Guard(const Guard&) = delete;
+      Guard& operator=(const Guard&) = delete;
+
+     private:
+      KeyedLocks& owner_;
+      std::vector<std::string> keys_;  // sorted, distinct
+    };
+
+   private:
+    struct Entry {
+      absl::Mutex mu;
+      int users = 0;
+    };
+    absl::Mutex mu_;
+    std::map<std::string, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  };
+
+  const ClaimPreparerOptions options_;
+  k8s::KubeClient& client_;
+  CheckpointStore& store_;
+  CdiWriter& cdi_;
+  ClaimStateMachine& states_;
+  const LoadedCheckpoint load_result_;
+
+  mutable absl::Mutex inventory_mu_;
+  std::shared_ptr<const std::map<std::string, OwnedDevice>> devices_ ABSL_GUARDED_BY(inventory_mu_);
+
+  KeyedLocks claim_locks_;
+  KeyedLocks device_locks_;
+
+  mutable absl::Mutex checkpoint_mu_;
+  Checkpoint checkpoint_ ABSL_GUARDED_BY(checkpoint_mu_);
+};
+
+// Calls _exit(137) when DRALENS_TEST_CRASH_AT equals `step`. Exposed for the fault tests.
+void MaybeCrashForTest(absl::string_view step);
+
+}  // namespace dralens::driver::prepare
