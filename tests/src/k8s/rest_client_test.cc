@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -495,18 +496,21 @@ TEST_F(RestClientTest, WatchTruncatedOrMalformedEventIsDataLoss) {
 }
 
 TEST_F(RestClientTest, WatchStreamStopEndsABlockedWatch) {
-  absl::Notification release;
-  Serve([&](const httplib::Request&, httplib::Response& res) {
-    res.set_chunked_content_provider("application/json", [&](size_t, httplib::DataSink& sink) {
-      const std::string event =
-          R"({"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"3"}}})"
-          "\n";
-      sink.write(event.data(), event.size());
-      // Then go quiet, as a real watch does between events.
-      release.WaitForNotificationWithTimeout(absl::Seconds(20));
-      sink.done();
-      return true;
-    });
+  // Shared with the server's handler thread, which may still be leaving the wait when the test
+  // body ends: the notification must outlive it.
+  auto release = std::make_shared<absl::Notification>();
+  Serve([release](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider(
+        "application/json", [release](size_t, httplib::DataSink& sink) {
+          const std::string event =
+              R"({"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"3"}}})"
+              "\n";
+          sink.write(event.data(), event.size());
+          // Then go quiet, as a real watch does between events.
+          release->WaitForNotificationWithTimeout(absl::Seconds(20));
+          sink.done();
+          return true;
+        });
   });
   auto client = NewClient();
   absl::Notification first;
@@ -523,7 +527,7 @@ TEST_F(RestClientTest, WatchStreamStopEndsABlockedWatch) {
     EXPECT_TRUE(stream.Wait().ok());
     EXPECT_LT(absl::Now() - start, absl::Seconds(15));
   }
-  release.Notify();
+  release->Notify();
 }
 
 TEST_F(RestClientTest, WatchHttpErrorsMapLikeOtherVerbs) {
