@@ -2,12 +2,15 @@
 //
 // Start-up order matters: flags are checked before anything touches the host, the API server
 // is reached before the metrics endpoint reports ready, and teardown always runs.
+#include <atomic>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "exporter/http/metrics_server.h"
 #include "src/app/kube.h"
 #include "src/app/lifecycle.h"
+#include "src/app/node_driver.h"
 #include "src/app/roles.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
@@ -21,6 +24,8 @@ struct NodeState {
   std::unique_ptr<k8s::RestClient> client;
   std::unique_ptr<exporter::MetricsServer> metrics_server;
   std::atomic<bool> node_found{false};
+  std::unique_ptr<NodeDriver> driver;
+  std::atomic<NodeDriver*> running{nullptr};  // set once the driver started, for /readyz
 };
 
 }  // namespace
@@ -49,9 +54,12 @@ int RunNode(const FlagValues& flags) {
        [&]() -> absl::Status {
          state.metrics_server =
              std::make_unique<exporter::MetricsServer>(state.registry, [&]() -> absl::Status {
-               return state.node_found.load()
-                          ? absl::OkStatus()
-                          : absl::UnavailableError(absl::StrCat("node ", node_name, " not found"));
+               if (!state.node_found.load()) {
+                 return absl::UnavailableError(absl::StrCat("node ", node_name, " not found"));
+               }
+               NodeDriver* driver = state.running.load();
+               return driver != nullptr ? driver->Ready()
+                                        : absl::UnavailableError("kubelet plugin starting");
              });
          return state.metrics_server->Start(flags.Get("metrics-address"));
        }},
@@ -66,6 +74,21 @@ int RunNode(const FlagValues& flags) {
               {{"node", node_name}, {"uid", node->value("/metadata/uid"_json_pointer, "")}});
          return absl::OkStatus();
        }},
+      {"start the driver",
+       [&]() -> absl::Status {
+         NodeDriverOptions options;
+         options.node_name = node_name;
+         options.driver_name = flags.Get("driver-name");
+         options.registry_dir = flags.Get("kubelet-registry-dir");
+         options.plugins_dir = flags.Get("kubelet-plugins-dir");
+         options.cdi_root = flags.Get("cdi-root");
+         options.device_source.kind = flags.Get("device-source");
+         options.device_source.simulated_profile = flags.Get("simulated-profile");
+         ASSIGN_OR_RETURN(state.driver, NodeDriver::Start(std::move(options), *state.client,
+                                                          common::RealClock()));
+         state.running = state.driver.get();
+         return absl::OkStatus();
+       }},
       {"wait for shutdown",
        [&]() -> absl::Status {
          DLOG(kInfo, "node", "running", {{"node", node_name}});
@@ -74,6 +97,13 @@ int RunNode(const FlagValues& flags) {
        }},
   };
   std::vector<Step> teardown = {
+      {"stop the driver",
+       [&] {
+         if (state.driver) {
+           state.driver->Stop();
+         }
+         return absl::OkStatus();
+       }},
       {"stop metrics",
        [&] {
          if (state.metrics_server) {

@@ -1,0 +1,125 @@
+#include "src/app/node_driver.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/log.h"
+#include "src/common/status.h"
+
+namespace dralens::app {
+namespace {
+
+constexpr char kComponent[] = "node";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NodeDriver>> NodeDriver::Start(NodeDriverOptions options,
+                                                              k8s::KubeClient& client,
+                                                              common::Clock& clock) {
+  std::unique_ptr<NodeDriver> driver(new NodeDriver(std::move(options), client, clock));
+  absl::Status started = driver->StartAll();
+  if (!started.ok()) {
+    driver->Stop();
+    return started;
+  }
+  return driver;
+}
+
+NodeDriver::NodeDriver(NodeDriverOptions options, k8s::KubeClient& client, common::Clock& clock)
+    : options_(std::move(options)), client_(client), clock_(clock) {}
+
+NodeDriver::~NodeDriver() { Stop(); }
+
+absl::Status NodeDriver::StartAll() {
+  const std::string& node = options_.node_name;
+
+  driver::discovery::DeviceSourceOptions source_options = options_.device_source;
+  source_options.node_name = node;
+  ASSIGN_OR_RETURN(source_, driver::discovery::MakeDeviceSource(source_options));
+  absl::StatusOr<model::Inventory> inventory = source_->Discover();
+  RETURN_IF_ERROR_CTX(inventory.status(),
+                      absl::StrCat("discover GPUs (", source_options.kind, ")"));
+  devices_ = inventory->gpus().size() + inventory->mig_devices().size();
+  DLOG(kInfo, kComponent, "discovered devices",
+       {{"source", source_options.kind},
+        {"gpus", inventory->gpus().size()},
+        {"mig_devices", inventory->mig_devices().size()}});
+
+  absl::StatusOr<std::string> boot_id = driver::prepare::ReadBootId(options_.boot_id_path);
+  RETURN_IF_ERROR_CTX(boot_id.status(), "read the node boot id");
+  checkpoint_ = std::make_unique<driver::prepare::FileCheckpointStore>(
+      driver::prepare::CheckpointPath(options_.plugins_dir, options_.driver_name), *boot_id,
+      clock_);
+  cdi_ = std::make_unique<driver::prepare::FileCdiWriter>(options_.cdi_root);
+  states_ = std::make_unique<driver::prepare::ClaimStateMachine>();
+  driver::prepare::ClaimPreparerOptions preparer_options;
+  preparer_options.driver_name = options_.driver_name;
+  preparer_options.pool_name = node;
+  if (source_options.kind == "nvml") {
+    preparer_options.cdi_host = driver::prepare::ReadCdiHostInfo();
+  }
+  ASSIGN_OR_RETURN(preparer_,
+                   driver::prepare::ClaimPreparer::Create(preparer_options, client_, *checkpoint_,
+                                                          *cdi_, *states_, *inventory));
+  const driver::prepare::LoadedCheckpoint& loaded = preparer_->load_result();
+  DLOG(kInfo, kComponent, "checkpoint opened",
+       {{"origin", driver::prepare::ToString(loaded.origin)},
+        {"claims", loaded.checkpoint.claims.size()}});
+
+  driver::slices::SlicePublisherOptions publisher_options;
+  publisher_options.node_name = node;
+  publisher_options.driver_name = options_.driver_name;
+  publisher_ = std::make_unique<driver::slices::SlicePublisher>(client_, clock_, publisher_options);
+  publisher_->Publish(*inventory);
+  // The publisher logs what it wrote; a failure here only delays readiness.
+  absl::StatusOr<driver::slices::SyncResult> synced = publisher_->Sync();
+  if (!synced.ok()) {
+    DLOG(kWarn, kComponent, "publishing slices failed; retrying in the background",
+         {{"error", synced.status().message()}});
+  }
+  publisher_->Run();
+
+  driver::plugin::PluginServerOptions plugin_options;
+  plugin_options.driver_name = options_.driver_name;
+  plugin_options.registry_dir = options_.registry_dir;
+  plugin_options.plugins_dir = options_.plugins_dir;
+  ASSIGN_OR_RETURN(plugin_, driver::plugin::PluginServer::Start(plugin_options, *preparer_));
+  return absl::OkStatus();
+}
+
+void NodeDriver::Stop() {
+  if (plugin_) {
+    plugin_->Stop();
+  }
+  if (publisher_) {
+    publisher_->Stop();
+  }
+}
+
+absl::Status NodeDriver::Ready() const {
+  if (!plugin_ || !publisher_) {
+    return absl::UnavailableError("starting");
+  }
+  const driver::plugin::RegistrationState reg = plugin_->RegistrationStatus();
+  if (!reg.notified) {
+    return absl::UnavailableError("waiting for the kubelet to register the plugin");
+  }
+  if (!reg.registered) {
+    return absl::UnavailableError(absl::StrCat("kubelet refused the registration: ", reg.error));
+  }
+  if (!publisher_->Published()) {
+    absl::Status last = publisher_->LastError();
+    return absl::UnavailableError(
+        last.ok() ? "ResourceSlices not published yet"
+                  : absl::StrCat("ResourceSlices not published: ", last.message()));
+  }
+  return absl::OkStatus();
+}
+
+const std::string& NodeDriver::registration_socket_path() const {
+  return plugin_->registration_socket_path();
+}
+
+const std::string& NodeDriver::dra_socket_path() const { return plugin_->dra_socket_path(); }
+
+}  // namespace dralens::app

@@ -1,0 +1,87 @@
+// NodeDriver: the node role's components wired together, discovery → slices → kubelet plugin.
+//
+// `dralens node` runs one; `dralens demo` runs one per simulated node, in the same process.
+//
+// Start, in this order (each step's failure stops the start and is returned, annotated):
+//   1. discover the GPUs through the device source;
+//   2. open the checkpoint and the CDI root, restore prepared claims (a claim left
+//      PrepareStarted by a crash is rolled back on its next prepare);
+//   3. publish the ResourceSlices once, synchronously when the API server answers (a failure
+//      here is logged and retried by the publisher's loop with backoff: the kubelet plugin must
+//      still come up, or the kubelet could not unprepare claims of running pods);
+//   4. serve dra.sock, then the registration socket (the kubelet registers us as soon as that
+//      one appears, so it comes last).
+// Stop reverses it: the registration socket goes first, then dra.sock (in-flight calls get a
+// grace period), then the publisher loop. Slices stay on the server: the kubelet wipes them
+// 30 s after the plugin disconnects, and a restarting plugin republishes at once.
+//
+// Ready() is what /readyz reports: the kubelet acknowledged the registration and the current
+// inventory is on the API server.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "driver/discovery/device_source.h"
+#include "driver/plugin/plugin_server.h"
+#include "driver/prepare/cdi.h"
+#include "driver/prepare/checkpoint.h"
+#include "driver/prepare/claim_preparer.h"
+#include "driver/prepare/claim_state.h"
+#include "driver/slices/slice_publisher.h"
+#include "src/common/clock.h"
+#include "src/k8s/client.h"
+
+namespace dralens::app {
+
+struct NodeDriverOptions {
+  std::string node_name;
+  std::string driver_name = "gpu.dralens.dev";
+  std::string registry_dir = "/var/lib/kubelet/plugins_registry";
+  std::string plugins_dir = "/var/lib/kubelet/plugins";
+  std::string cdi_root = "/var/run/cdi";
+  driver::discovery::DeviceSourceOptions device_source;
+  // The running kernel's boot id file; tests point it elsewhere to simulate a reboot.
+  std::string boot_id_path = driver::prepare::kDefaultBootIdPath;
+};
+
+class NodeDriver {
+ public:
+  // `client` and `clock` are not owned and must outlive the driver.
+  static absl::StatusOr<std::unique_ptr<NodeDriver>> Start(NodeDriverOptions options,
+                                                           k8s::KubeClient& client,
+                                                           common::Clock& clock);
+  ~NodeDriver();  // Stop()
+  NodeDriver(const NodeDriver&) = delete;
+  NodeDriver& operator=(const NodeDriver&) = delete;
+
+  // Idempotent.
+  void Stop();
+
+  // OK when registered with the kubelet and the slices are published; otherwise what is missing.
+  absl::Status Ready() const;
+
+  const std::string& registration_socket_path() const;
+  const std::string& dra_socket_path() const;
+  size_t device_count() const { return devices_; }
+
+ private:
+  NodeDriver(NodeDriverOptions options, k8s::KubeClient& client, common::Clock& clock);
+  absl::Status StartAll();
+
+  const NodeDriverOptions options_;
+  k8s::KubeClient& client_;
+  common::Clock& clock_;
+  size_t devices_ = 0;
+  driver::discovery::DeviceSourcePtr source_;
+  std::unique_ptr<driver::prepare::FileCheckpointStore> checkpoint_;
+  std::unique_ptr<driver::prepare::FileCdiWriter> cdi_;
+  std::unique_ptr<driver::prepare::ClaimStateMachine> states_;
+  std::unique_ptr<driver::prepare::ClaimPreparer> preparer_;
+  std::unique_ptr<driver::slices::SlicePublisher> publisher_;
+  driver::plugin::PluginServerPtr plugin_;
+};
+
+}  // namespace dralens::app
