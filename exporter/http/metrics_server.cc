@@ -4,8 +4,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "prometheus/text_serializer.h"
 #include "src/common/log.h"
+#include "src/telemetry/exposition.h"
 
 namespace dralens::exporter {
 
@@ -27,8 +27,9 @@ absl::Status SplitHostPort(const std::string& address, std::string* host, int* p
   return absl::OkStatus();
 }
 
-MetricsServer::MetricsServer(std::shared_ptr<prometheus::Registry> registry, ReadinessCheck ready)
-    : registry_(std::move(registry)), ready_(std::move(ready)) {}
+MetricsServer::MetricsServer(std::shared_ptr<prometheus::Registry> registry, ReadinessCheck ready,
+                             const telemetry::ExemplarStore* exemplars)
+    : registry_(std::move(registry)), ready_(std::move(ready)), exemplars_(exemplars) {}
 
 MetricsServer::~MetricsServer() { Stop(); }
 
@@ -40,10 +41,21 @@ absl::Status MetricsServer::Start(const std::string& address) {
   }
   server_ = std::make_unique<httplib::Server>();
   server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    prometheus::TextSerializer serializer;
-    res.set_content(serializer.Serialize(registry_->Collect()),
-                    "text/plain; version=0.0.4; charset=utf-8");
+  server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    const telemetry::ExpositionFormat format =
+        telemetry::NegotiateFormat(req.get_header_value("Accept"));
+    std::string body = telemetry::Render(registry_->Collect(), exemplars_, format);
+    // httplib gzips text/* bodies itself when the client accepts it; OpenMetrics' media type is
+    // not one it knows, so that one is compressed here.
+    if (format == telemetry::ExpositionFormat::kOpenMetrics &&
+        telemetry::AcceptsGzip(req.get_header_value("Accept-Encoding"))) {
+      absl::StatusOr<std::string> gz = telemetry::Gzip(body);
+      if (gz.ok()) {
+        body = *std::move(gz);
+        res.set_header("Content-Encoding", "gzip");
+      }
+    }
+    res.set_content(std::move(body), std::string(telemetry::ContentType(format)));
   });
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");

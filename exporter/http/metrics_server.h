@@ -1,6 +1,8 @@
 // MetricsServer: the HTTP endpoint of every role: /metrics, /healthz, /readyz.
 //
-// /metrics renders the registry with prometheus-cpp's text serializer (Prometheus text 0.0.4).
+// /metrics renders the registry as Prometheus text 0.0.4 or, when the client's Accept header
+// prefers it, as OpenMetrics 1.0 with exemplars (src/telemetry/exposition.h); gzip when the
+// client accepts it.
 // /healthz answers 200 while the process serves; /readyz runs the role's readiness check and
 // answers 200 "ok" or 503 with the reason. Served by cpp-httplib on its own threads.
 #pragma once
@@ -12,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "prometheus/registry.h"
+#include "src/telemetry/exemplar.h"
 
 namespace httplib {
 class Server;
@@ -24,8 +27,9 @@ class MetricsServer {
   // Returns OK when ready, or a status whose message says what is missing.
   using ReadinessCheck = std::function<absl::Status()>;
 
-  // `registry` must outlive the server.
-  MetricsServer(std::shared_ptr<prometheus::Registry> registry, ReadinessCheck ready);
+  // `exemplars` may be null; when set it must outlive the server.
+  MetricsServer(std::shared_ptr<prometheus::Registry> registry, ReadinessCheck ready,
+                const telemetry::ExemplarStore* exemplars = nullptr);
   ~MetricsServer();  // Stop()
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -38,6 +42,7 @@ class MetricsServer {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   ReadinessCheck ready_;
+  const telemetry::ExemplarStore* exemplars_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

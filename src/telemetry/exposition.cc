@@ -1,0 +1,353 @@
+#include "src/telemetry/exposition.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+
+namespace dralens::telemetry {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+void AppendEscaped(std::string* out, absl::string_view text, bool escape_quotes) {
+  for (char c : text) {
+    if (c == '\\') {
+      out->append("\\\\");
+    } else if (c == '\n') {
+      out->append("\\n");
+    } else if (c == '"' && escape_quotes) {
+      out->append("\\\"");
+    } else {
+      out->push_back(c);
+    }
+  }
+}
+
+// `{a="x",b="y"}`, plus an extra label (`le`, `quantile`) last when given; nothing for no labels.
+void AppendLabels(std::string* out, const std::vector<ClientMetric::Label>& labels,
+                  absl::string_view extra_name = "", absl::string_view extra_value = "") {
+  if (labels.empty() && extra_name.empty()) {
+    return;
+  }
+  out->push_back('{');
+  bool first = true;
+  for (const ClientMetric::Label& l : labels) {
+    if (!first) {
+      out->push_back(',');
+    }
+    first = false;
+    absl::StrAppend(out, l.name, "=\"");
+    AppendEscaped(out, l.value, /*escape_quotes=*/true);
+    out->push_back('"');
+  }
+  if (!extra_name.empty()) {
+    if (!first) {
+      out->push_back(',');
+    }
+    absl::StrAppend(out, extra_name, "=\"");
+    AppendEscaped(out, extra_value, /*escape_quotes=*/true);
+    out->push_back('"');
+  }
+  out->push_back('}');
+}
+
+void AppendSample(std::string* out, absl::string_view name,
+                  const std::vector<ClientMetric::Label>& labels, double value,
+                  absl::string_view extra_name = "", absl::string_view extra_value = "") {
+  out->append(name.data(), name.size());
+  AppendLabels(out, labels, extra_name, extra_value);
+  absl::StrAppend(out, " ", FormatValue(value));
+}
+
+// Seconds since the epoch with millisecond precision, e.g. "1700000000.123".
+std::string FormatTimestamp(absl::Time t) {
+  const int64_t ms = absl::ToUnixMillis(t);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%lld.%03lld", static_cast<long long>(ms / 1000),
+                static_cast<long long>(ms % 1000));
+  return buf;
+}
+
+void AppendExemplar(std::string* out, const std::optional<Exemplar>& exemplar) {
+  if (!exemplar.has_value()) {
+    return;
+  }
+  constexpr absl::string_view kLabel = "trace_id";
+  if (kLabel.size() + exemplar->trace_id.size() > kMaxExemplarLabelChars) {
+    return;
+  }
+  absl::StrAppend(out, " # {", kLabel, "=\"", exemplar->trace_id, "\"} ",
+                  FormatValue(exemplar->value), " ", FormatTimestamp(exemplar->timestamp));
+}
+
+// The exemplar slots of one series, or null.
+std::shared_ptr<const ExemplarSlots> SlotsOf(const ExemplarStore* store, const std::string& family,
+                                             const ClientMetric& metric) {
+  if (store == nullptr) {
+    return nullptr;
+  }
+  prometheus::Labels labels;
+  for (const ClientMetric::Label& l : metric.label) {
+    labels[l.name] = l.value;
+  }
+  return store->Find(SeriesKey(family, labels));
+}
+
+bool IsInfoFamily(const MetricFamily& family) {
+  if (family.type != MetricType::Gauge || !absl::EndsWith(family.name, "_info")) {
+    return false;
+  }
+  for (const ClientMetric& m : family.metric) {
+    if (m.gauge.value != 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::string_view TypeName(MetricType type, bool openmetrics) {
+  switch (type) {
+    case MetricType::Counter:
+      return "counter";
+    case MetricType::Gauge:
+      return "gauge";
+    case MetricType::Summary:
+      return "summary";
+    case MetricType::Histogram:
+      return "histogram";
+    case MetricType::Untyped:
+      return openmetrics ? "unknown" : "untyped";
+  }
+  return "untyped";
+}
+
+void RenderFamily(std::string* out, const MetricFamily& family, const ExemplarStore* exemplars,
+                  bool om) {
+  // OpenMetrics names counter and info families without their sample suffix.
+  std::string name = family.name;
+  absl::string_view type = TypeName(family.type, om);
+  std::string counter_sample = family.name;
+  const bool info = om && IsInfoFamily(family);
+  if (om && family.type == MetricType::Counter) {
+    if (absl::EndsWith(name, "_total")) {
+      name.resize(name.size() - 6);
+    } else {
+      counter_sample = absl::StrCat(name, "_total");
+    }
+  }
+  if (info) {
+    name.resize(name.size() - 5);
+    type = "info";
+  }
+  if (!family.help.empty()) {
+    absl::StrAppend(out, "# HELP ", name, " ");
+    AppendEscaped(out, family.help, /*escape_quotes=*/om);
+    out->push_back('\n');
+  }
+  absl::StrAppend(out, "# TYPE ", name, " ", type, "\n");
+
+  // prometheus-cpp hands series out in hash order; sorting them by labels makes every scrape
+  // list them the same way.
+  std::vector<const ClientMetric*> series;
+  series.reserve(family.metric.size());
+  for (const ClientMetric& m : family.metric) {
+    series.push_back(&m);
+  }
+  std::sort(series.begin(), series.end(),
+            [](const ClientMetric* a, const ClientMetric* b) { return a->label < b->label; });
+  for (const ClientMetric* metric : series) {
+    const ClientMetric& m = *metric;
+    switch (family.type) {
+      case MetricType::Counter: {
+        AppendSample(out, counter_sample, m.label, m.counter.value);
+        if (om) {
+          auto slots = SlotsOf(exemplars, family.name, m);
+          if (slots != nullptr) {
+            AppendExemplar(out, slots->Get(0));
+          }
+        }
+        out->push_back('\n');
+        break;
+      }
+      case MetricType::Gauge:
+        AppendSample(out, family.name, m.label, m.gauge.value);
+        out->push_back('\n');
+        break;
+      case MetricType::Untyped:
+        AppendSample(out, family.name, m.label, m.untyped.value);
+        out->push_back('\n');
+        break;
+      case MetricType::Summary: {
+        for (const ClientMetric::Quantile& q : m.summary.quantile) {
+          AppendSample(out, family.name, m.label, q.value, "quantile", FormatValue(q.quantile));
+          out->push_back('\n');
+        }
+        AppendSample(out, family.name + "_sum", m.label, m.summary.sample_sum);
+        out->push_back('\n');
+        AppendSample(out, family.name + "_count", m.label,
+                     static_cast<double>(m.summary.sample_count));
+        out->push_back('\n');
+        break;
+      }
+      case MetricType::Histogram: {
+        auto slots = om ? SlotsOf(exemplars, family.name, m) : nullptr;
+        const std::string bucket_name = family.name + "_bucket";
+        size_t i = 0;
+        bool has_inf = false;
+        for (const ClientMetric::Bucket& b : m.histogram.bucket) {
+          has_inf = has_inf || std::isinf(b.upper_bound);
+          AppendSample(out, bucket_name, m.label, static_cast<double>(b.cumulative_count), "le",
+                       FormatValue(b.upper_bound));
+          if (slots != nullptr) {
+            AppendExemplar(out, slots->Get(i));
+          }
+          out->push_back('\n');
+          ++i;
+        }
+        if (!has_inf) {
+          AppendSample(out, bucket_name, m.label, static_cast<double>(m.histogram.sample_count),
+                       "le", "+Inf");
+          out->push_back('\n');
+        }
+        AppendSample(out, family.name + "_sum", m.label, m.histogram.sample_sum);
+        out->push_back('\n');
+        AppendSample(out, family.name + "_count", m.label,
+                     static_cast<double>(m.histogram.sample_count));
+        out->push_back('\n');
+        break;
+      }
+    }
+  }
+}
+
+struct MediaRange {
+  std::string type;  // lower case, e.g. "application/openmetrics-text"
+  std::string version;
+  double q = 1;
+};
+
+std::vector<MediaRange> ParseAccept(absl::string_view header) {
+  std::vector<MediaRange> out;
+  for (absl::string_view part : absl::StrSplit(header, ',', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> fields = absl::StrSplit(part, ';');
+    MediaRange range;
+    range.type = absl::AsciiStrToLower(absl::StripAsciiWhitespace(fields[0]));
+    bool ok = true;
+    for (size_t i = 1; i < fields.size(); ++i) {
+      std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(fields[i], '=');
+      const std::string key = absl::AsciiStrToLower(absl::StripAsciiWhitespace(kv.first));
+      absl::string_view value = absl::StripAsciiWhitespace(kv.second);
+      value = absl::StripPrefix(absl::StripSuffix(value, "\""), "\"");
+      if (key == "q") {
+        ok = absl::SimpleAtod(value, &range.q) && range.q >= 0 && range.q <= 1;
+      } else if (key == "version") {
+        range.version = std::string(value);
+      }
+    }
+    if (ok && !range.type.empty()) {
+      out.push_back(std::move(range));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::string_view ContentType(ExpositionFormat format) {
+  return format == ExpositionFormat::kOpenMetrics ? kOpenMetricsContentType
+                                                  : kPrometheusTextContentType;
+}
+
+ExpositionFormat NegotiateFormat(absl::string_view accept) {
+  double om = -1;
+  double text = -1;
+  for (const MediaRange& r : ParseAccept(accept)) {
+    if (r.type == "application/openmetrics-text" &&
+        (r.version.empty() || r.version == "1.0.0" || r.version == "0.0.1")) {
+      om = std::max(om, r.q);
+    } else if ((r.type == "text/plain" && (r.version.empty() || r.version == "0.0.4")) ||
+               r.type == "text/*" || r.type == "*/*") {
+      text = std::max(text, r.q);
+    }
+  }
+  return om > 0 && om >= text ? ExpositionFormat::kOpenMetrics : ExpositionFormat::kPrometheusText;
+}
+
+bool AcceptsGzip(absl::string_view accept_encoding) {
+  for (const MediaRange& r : ParseAccept(accept_encoding)) {
+    if ((r.type == "gzip" || r.type == "x-gzip" || r.type == "*") && r.q > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string FormatValue(double value) {
+  if (std::isnan(value)) {
+    return "NaN";
+  }
+  if (std::isinf(value)) {
+    return value > 0 ? "+Inf" : "-Inf";
+  }
+  if (value == std::floor(value) && std::fabs(value) < 1e15) {
+    return absl::StrCat(static_cast<int64_t>(value));
+  }
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  return std::string(buf, ec == std::errc() ? end : buf);
+}
+
+std::string Render(const std::vector<MetricFamily>& families, const ExemplarStore* exemplars,
+                   ExpositionFormat format) {
+  const bool om = format == ExpositionFormat::kOpenMetrics;
+  std::string out;
+  for (const MetricFamily& family : families) {
+    if (family.metric.empty()) {
+      continue;
+    }
+    RenderFamily(&out, family, exemplars, om);
+  }
+  if (om) {
+    out.append("# EOF\n");
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Gzip(absl::string_view data) {
+  z_stream zs{};
+  // windowBits 15 + 16 asks zlib for a gzip header and trailer.
+  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK) {
+    return absl::InternalError("gzip: deflateInit2 failed");
+  }
+  std::string out;
+  out.resize(deflateBound(&zs, data.size()) + 32);
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  zs.avail_in = static_cast<uInt>(data.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&zs, Z_FINISH);
+  const size_t written = zs.total_out;
+  deflateEnd(&zs);
+  if (rc != Z_STREAM_END) {
+    return absl::InternalError(absl::StrCat("gzip: deflate returned ", rc));
+  }
+  out.resize(written);
+  return out;
+}
+
+}  // namespace dralens::telemetry

@@ -1,0 +1,167 @@
+// The HTTP endpoint: format negotiation, gzip, readiness, and scrapes while series change.
+#include "exporter/http/metrics_server.h"
+
+#include <httplib.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/counter.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "src/telemetry/exemplar.h"
+#include "src/telemetry/exposition.h"
+
+namespace dralens::exporter {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kTrace[] = "0af7651916cd43dd8448eb211c80319c";
+constexpr char kPrometheusAccept[] =
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+std::string Gunzip(const std::string& gz) {
+  z_stream zs{};
+  EXPECT_EQ(inflateInit2(&zs, 15 + 16), Z_OK);
+  std::string out;
+  char buf[16384];
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
+  zs.avail_in = static_cast<uInt>(gz.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof(buf);
+    rc = inflate(&zs, Z_NO_FLUSH);
+    out.append(buf, sizeof(buf) - zs.avail_out);
+  }
+  EXPECT_EQ(rc, Z_STREAM_END);
+  inflateEnd(&zs);
+  return out;
+}
+
+class MetricsServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto& duration = prometheus::BuildHistogram()
+                         .Name("dralens_prepare_duration_seconds")
+                         .Help("Prepare duration.")
+                         .Register(*registry_);
+    histogram_ = std::make_unique<telemetry::ExemplarHistogram>(
+        telemetry::ExemplarHistogram::Add(store_, duration, {}, {0.01, 0.1, 1}));
+    histogram_->Observe(0.05, kTrace);
+    server_ = std::make_unique<MetricsServer>(
+        registry_, [this] { return ready_; }, &store_);
+    ASSERT_TRUE(server_->Start("127.0.0.1:0").ok());
+  }
+
+  httplib::Result Get(const std::string& path, httplib::Headers headers = {}) {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_decompress(false);  // see the bytes as sent
+    return c.Get(path.c_str(), headers);
+  }
+
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  telemetry::ExemplarStore store_;
+  std::unique_ptr<telemetry::ExemplarHistogram> histogram_;
+  absl::Status ready_ = absl::UnavailableError("waiting for the kubelet");
+  std::unique_ptr<MetricsServer> server_;
+};
+
+TEST_F(MetricsServerTest, ClassicTextByDefault) {
+  auto res = Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), telemetry::kPrometheusTextContentType);
+  EXPECT_THAT(res->body, HasSubstr("dralens_prepare_duration_seconds_bucket{le=\"0.1\"} 1\n"));
+  EXPECT_THAT(res->body, Not(HasSubstr("# EOF")));
+  EXPECT_THAT(res->body, Not(HasSubstr("trace_id")));
+}
+
+TEST_F(MetricsServerTest, OpenMetricsWithExemplarsWhenPrometheusAsksForIt) {
+  auto res = Get("/metrics", {{"Accept", kPrometheusAccept}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->get_header_value("Content-Type"), telemetry::kOpenMetricsContentType);
+  EXPECT_THAT(res->body,
+              HasSubstr(absl::StrCat("dralens_prepare_duration_seconds_bucket{le=\"0.1\"} "
+                                     "1 # {trace_id=\"",
+                                     kTrace, "\"} 0.05 ")));
+  EXPECT_TRUE(absl::EndsWith(res->body, "# EOF\n"));
+}
+
+TEST_F(MetricsServerTest, GzipInBothFormatsWhenAccepted) {
+  for (const char* accept : {kPrometheusAccept, "text/plain"}) {
+    SCOPED_TRACE(accept);
+    auto res = Get("/metrics", {{"Accept", accept}, {"Accept-Encoding", "gzip"}});
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->get_header_value("Content-Encoding"), "gzip");
+    EXPECT_THAT(Gunzip(res->body), HasSubstr("dralens_prepare_duration_seconds_count 1"));
+  }
+  auto plain = Get("/metrics", {{"Accept", kPrometheusAccept}});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->get_header_value("Content-Encoding"), "");
+}
+
+TEST_F(MetricsServerTest, ReadinessSaysWhatIsMissing) {
+  auto res = Get("/readyz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 503);
+  EXPECT_THAT(res->body, HasSubstr("waiting for the kubelet"));
+  ready_ = absl::OkStatus();
+  res = Get("/readyz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  res = Get("/healthz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+// Concurrent scrapers over real connections while another thread observes and adds series.
+TEST_F(MetricsServerTest, ConcurrentScrapesWhileMetricsChange) {
+  auto& per_claim = prometheus::BuildCounter()
+                        .Name("dralens_claim_prepares_total")
+                        .Help("Prepares per claim.")
+                        .Register(*registry_);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      histogram_->Observe(0.001 * (i % 500), kTrace);
+      auto& c = per_claim.Add({{"claim", absl::StrCat("c-", i % 100)}});
+      c.Increment();
+      if (i % 7 == 0) {
+        per_claim.Remove(&c);
+      }
+    }
+  });
+  std::atomic<int> good{0};
+  std::vector<std::thread> scrapers;
+  for (int s = 0; s < 4; ++s) {
+    scrapers.emplace_back([&] {
+      for (int i = 0; i < 25; ++i) {
+        auto res = Get("/metrics", {{"Accept", kPrometheusAccept}});
+        if (res && res->status == 200 && absl::EndsWith(res->body, "# EOF\n") &&
+            absl::StrContains(res->body, "# TYPE dralens_prepare_duration_seconds histogram")) {
+          ++good;
+        }
+      }
+    });
+  }
+  for (std::thread& t : scrapers) {
+    t.join();
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(good.load(), 100);
+}
+
+}  // namespace
+}  // namespace dralens::exporter
