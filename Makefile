@@ -3,21 +3,31 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
-.PHONY: demo test deps build format check-format clean
+.PHONY: demo test deps configure build format check-format clean crash-loop bench
 
-# Installs what is missing, builds, and starts the demo (Ctrl-C stops it).
-demo: build
-	./$(BUILD_DIR)/dralens demo
+# Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
+# it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
+demo: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target dralens
+	./$(BUILD_DIR)/dralens demo $(DEMO_FLAGS)
 
 # Installs what is missing, builds everything, and runs every test.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# The kill -9 loop of the node role, many more rounds than the test suite runs.
+CRASH_ROUNDS ?= 25
+crash-loop: build
+	DRALENS_CRASH_ROUNDS=$(CRASH_ROUNDS) ./$(BUILD_DIR)/tests/integration_test \
+	  --gtest_filter='*CrashAtEveryStep*'
+
 deps:
 	./.ci/install-deps all
 
-build: deps
+configure: deps
 	cmake -B $(BUILD_DIR) -S . -G Ninja $(CMAKE_FLAGS)
+
+build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 format:
@@ -28,3 +38,9 @@ check-format:
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+# Builds and runs the NodePrepareResources benchmark (prints figures; never fails on time).
+# BENCH_ARGS passes flags through, e.g. make bench BENCH_ARGS=--iterations=500
+bench: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target prepare_bench
+	./$(BUILD_DIR)/tests/bench/prepare_bench $(BENCH_ARGS)

@@ -1,5 +1,7 @@
 #include "src/app/flags.h"
 
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -156,6 +158,23 @@ TEST(FlagsTest, HelpListsEveryFlagOfTheRole) {
   EXPECT_THAT(help, HasSubstr("--node-name (NODE_NAME)"));
   EXPECT_THAT(help, HasSubstr("--cdi-root (DRALENS_CDI_ROOT)  default: /var/run/cdi"));
   EXPECT_THAT(help, ::testing::Not(HasSubstr("--api-server-address")));
+}
+
+// The README's flag reference is generated from the flag table; this keeps the two in step.
+// On failure the message holds the table to paste between the README's markers.
+TEST(FlagReferenceTest, ReadmeHoldsTheGeneratedTable) {
+  std::ifstream in(std::string(DRALENS_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(in) << "README.md not found";
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string begin = "<!-- flags:begin -->\n";
+  const std::string end = "<!-- flags:end -->";
+  const size_t b = readme.find(begin);
+  const size_t e = readme.find(end);
+  ASSERT_NE(b, std::string::npos) << "README.md lacks " << begin;
+  ASSERT_NE(e, std::string::npos) << "README.md lacks " << end;
+  EXPECT_EQ(readme.substr(b + begin.size(), e - b - begin.size()), FlagReferenceMarkdown())
+      << "regenerate the README flag table:\n"
+      << FlagReferenceMarkdown();
 }
 
 }  // namespace
