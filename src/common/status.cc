@@ -8,7 +8,12 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok() || context.empty()) {
     return status;
   }
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+  absl::Status annotated(status.code(), absl::StrCat(context, ": ", status.message()));
+  // Payloads (the HTTP status behind an API error, a failure reason) survive the annotation.
+  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+    annotated.SetPayload(url, payload);
+  });
+  return annotated;
 }
 
 absl::Status ErrnoStatus(int err, absl::string_view op, absl::string_view path) {

@@ -14,7 +14,8 @@
 
 namespace dralens::common {
 
-// Returns `status` with "<context>: " prepended to its message. The code is kept. OK stays OK.
+// Returns `status` with "<context>: " prepended to its message. The code and the payloads are
+// kept. OK stays OK.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
 template <typename T>

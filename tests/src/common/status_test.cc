@@ -48,5 +48,14 @@ TEST(StatusTest, ErrnoStatusNamesOperationPathAndMapsTheCode) {
   EXPECT_EQ(ErrnoStatus(ENOSPC, "write").code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST(StatusTest, AnnotateKeepsPayloads) {
+  absl::Status s = absl::UnavailableError("down");
+  s.SetPayload("type.dralens.dev/test", absl::Cord("503"));
+  absl::Status annotated = Annotate(s, "get claim");
+  EXPECT_EQ(annotated.message(), "get claim: down");
+  ASSERT_TRUE(annotated.GetPayload("type.dralens.dev/test").has_value());
+  EXPECT_EQ(*annotated.GetPayload("type.dralens.dev/test"), "503");
+}
+
 }  // namespace
 }  // namespace dralens::common
