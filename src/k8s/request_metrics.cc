@@ -1,6 +1,7 @@
 #include "src/k8s/request_metrics.h"
 
 #include "absl/strings/str_cat.h"
+#include "src/telemetry/catalog.h"
 
 namespace dralens::k8s {
 
@@ -17,17 +18,8 @@ absl::string_view ToString(WatchRestartReason reason) {
 }
 
 KubeRequestMetrics KubeRequestMetrics::Create(prometheus::Registry& registry) {
-  auto& requests = prometheus::BuildCounter()
-                       .Name("dralens_kube_requests_total")
-                       .Help(
-                           "Kubernetes API requests by verb, resource and HTTP status code "
-                           "(\"error\" for transport failures); one per attempt.")
-                       .Register(registry);
-  auto& restarts = prometheus::BuildCounter()
-                       .Name("dralens_kube_watch_restarts_total")
-                       .Help("Watch restarts by resource and reason (gone, dropped, error).")
-                       .Register(registry);
-  return KubeRequestMetrics{requests, restarts};
+  return KubeRequestMetrics{telemetry::BuildCounter(registry, "dralens_kube_requests_total"),
+                            telemetry::BuildCounter(registry, "dralens_kube_watch_restarts_total")};
 }
 
 void KubeRequestMetrics::RecordRequest(absl::string_view verb, absl::string_view resource,

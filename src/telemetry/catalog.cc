@@ -1,0 +1,240 @@
+#include "src/telemetry/catalog.h"
+
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace dralens::telemetry {
+namespace {
+
+std::vector<MetricSpec> BuildCatalog() {
+  using K = MetricKind;
+  return {
+      // Self.
+      {"dralens_build_info",
+       K::kInfo,
+       {"version", "role"},
+       "all",
+       "Build of the running binary; the value is always 1."},
+      {"dralens_scrape_duration_seconds",
+       K::kHistogram,
+       {"format"},
+       "all",
+       "Time spent rendering /metrics, by exposition format (text, openmetrics)."},
+      {"dralens_kube_requests_total",
+       K::kCounter,
+       {"verb", "resource", "code"},
+       "all",
+       "Kubernetes API requests by verb, resource and HTTP status code (\"error\" for "
+       "transport failures); one per attempt."},
+      {"dralens_kube_watch_restarts_total",
+       K::kCounter,
+       {"resource", "reason"},
+       "all",
+       "Watch restarts by resource and reason (gone, dropped, error)."},
+
+      {"dralens_otlp_spans_total",
+       K::kCounter,
+       {"outcome"},
+       "all",
+       "Finished spans by what became of them: exported, rejected (by the collector's partial "
+       "success), dropped_queue_full, dropped_shutdown, dropped_export_failed."},
+      {"dralens_otlp_requests_total",
+       K::kCounter,
+       {"outcome"},
+       "all",
+       "OTLP export requests by outcome: success, retryable_status (429, 502, 503, 504), "
+       "failed_status, connection_error, timeout. Each retry is one more request."},
+
+      // Devices of this node.
+      {"dralens_device_info",
+       K::kInfo,
+       {"device", "uuid", "product", "type", "parent", "profile", "numa_node", "pci_bus_id"},
+       "node",
+       "One series per device this node has (type gpu or mig); parent and profile are set for "
+       "MIG devices. The value is always 1."},
+      {"dralens_device_memory_bytes", K::kGauge, {"device"}, "node", "Memory of the device."},
+      {"dralens_device_state",
+       K::kGauge,
+       {"device", "state"},
+       "node",
+       "1 for the device's current state (free, prepared, unhealthy), 0 for the others."},
+      {"dralens_device_consumers",
+       K::kGauge,
+       {"device"},
+       "node",
+       "How many prepared claims use the device."},
+
+      // MIG layout of this node.
+      {"dralens_mig_devices",
+       K::kGauge,
+       {"parent", "profile", "state"},
+       "node",
+       "MIG devices per parent GPU and profile, by state (free, prepared)."},
+      {"dralens_mig_placeable",
+       K::kGauge,
+       {"parent", "profile"},
+       "node",
+       "How many more instances of each MIG profile still fit on the GPU, given the instances "
+       "it has and the profile's placement rules. Only GPUs in MIG mode have series."},
+
+      // NodePrepareResources / NodeUnprepareResources.
+      {"dralens_node_requests_total",
+       K::kCounter,
+       {"operation", "api", "result"},
+       "node",
+       "Kubelet DRA calls by operation (prepare, unprepare), API version (v1, v1beta1) and "
+       "result (ok when every claim succeeded, error otherwise)."},
+      {"dralens_node_claims_total",
+       K::kCounter,
+       {"operation", "result", "reason"},
+       "node",
+       "Claims prepared or unprepared, by result and reason (none on success; otherwise "
+       "invalid_request, claim_not_found, claim_replaced, not_allocated, foreign_device, "
+       "device_busy, api_error, checkpoint_error, cdi_error, internal)."},
+      {"dralens_node_claim_duration_seconds",
+       K::kHistogram,
+       {"operation", "result"},
+       "node",
+       "Time to prepare or unprepare one claim. Buckets carry the claim's trace id as an "
+       "exemplar."},
+      {"dralens_node_phase_duration_seconds",
+       K::kHistogram,
+       {"phase"},
+       "node",
+       "Time spent in one phase of preparing a claim: fetch_claim, checkpoint, mig, sharing, "
+       "cdi."},
+      {"dralens_node_in_flight",
+       K::kGauge,
+       {"operation"},
+       "node",
+       "Claims being prepared or unprepared right now."},
+      {"dralens_node_prepared_claims",
+       K::kGauge,
+       {},
+       "node",
+       "Claims this node has prepared (PrepareCompleted in the checkpoint)."},
+      {"dralens_node_prepared_devices",
+       K::kGauge,
+       {"type"},
+       "node",
+       "Devices held by prepared claims, by type (gpu, mig)."},
+      {"dralens_node_checkpoint_writes_total",
+       K::kCounter,
+       {"result"},
+       "node",
+       "Durable checkpoint writes by result (ok, error)."},
+
+      // ResourceSlice publishing.
+      {"dralens_slices_syncs_total",
+       K::kCounter,
+       {"result"},
+       "node",
+       "ResourceSlice convergence passes by result (unchanged, changed, error)."},
+      {"dralens_slices_sync_duration_seconds",
+       K::kHistogram,
+       {},
+       "node",
+       "Time of one ResourceSlice convergence pass."},
+      {"dralens_slices_pool_generation",
+       K::kGauge,
+       {},
+       "node",
+       "The pool generation on the API server after the last successful pass."},
+      {"dralens_slices_published_devices",
+       K::kGauge,
+       {},
+       "node",
+       "Devices in this node's published pool."},
+      {"dralens_slices_published",
+       K::kGauge,
+       {},
+       "node",
+       "ResourceSlices in this node's published pool."},
+  };
+}
+
+}  // namespace
+
+absl::string_view ToString(MetricKind kind) {
+  switch (kind) {
+    case MetricKind::kCounter:
+      return "counter";
+    case MetricKind::kGauge:
+      return "gauge";
+    case MetricKind::kHistogram:
+      return "histogram";
+    case MetricKind::kInfo:
+      return "info";
+  }
+  return "gauge";
+}
+
+const std::vector<MetricSpec>& Catalog() {
+  static const std::vector<MetricSpec>* catalog = new std::vector<MetricSpec>(BuildCatalog());
+  return *catalog;
+}
+
+const MetricSpec& Spec(absl::string_view name) {
+  for (const MetricSpec& spec : Catalog()) {
+    if (spec.name == name) {
+      return spec;
+    }
+  }
+  throw std::logic_error(absl::StrCat("metric ", name, " is not in the catalogue"));
+}
+
+namespace {
+
+const MetricSpec& SpecOfKind(absl::string_view name, std::initializer_list<MetricKind> kinds) {
+  const MetricSpec& spec = Spec(name);
+  for (MetricKind k : kinds) {
+    if (spec.kind == k) {
+      return spec;
+    }
+  }
+  throw std::logic_error(
+      absl::StrCat("metric ", name, " is a ", ToString(spec.kind), " in the catalogue"));
+}
+
+}  // namespace
+
+prometheus::Family<prometheus::Counter>& BuildCounter(prometheus::Registry& registry,
+                                                      absl::string_view name) {
+  const MetricSpec& spec = SpecOfKind(name, {MetricKind::kCounter});
+  return prometheus::BuildCounter().Name(spec.name).Help(spec.help).Register(registry);
+}
+
+prometheus::Family<prometheus::Gauge>& BuildGauge(prometheus::Registry& registry,
+                                                  absl::string_view name) {
+  const MetricSpec& spec = SpecOfKind(name, {MetricKind::kGauge, MetricKind::kInfo});
+  return prometheus::BuildGauge().Name(spec.name).Help(spec.help).Register(registry);
+}
+
+prometheus::Family<prometheus::Histogram>& BuildHistogram(prometheus::Registry& registry,
+                                                          absl::string_view name) {
+  const MetricSpec& spec = SpecOfKind(name, {MetricKind::kHistogram});
+  return prometheus::BuildHistogram().Name(spec.name).Help(spec.help).Register(registry);
+}
+
+const prometheus::Histogram::BucketBoundaries& DurationBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 45, 60, 120};
+  return *buckets;
+}
+
+std::string CatalogMarkdown() {
+  std::string out = "| metric | type | labels | roles | description |\n|---|---|---|---|---|\n";
+  for (const MetricSpec& spec : Catalog()) {
+    std::vector<std::string> labels;
+    for (const std::string& l : spec.labels) {
+      labels.push_back(absl::StrCat("`", l, "`"));
+    }
+    absl::StrAppend(&out, "| `", spec.name, "` | ", ToString(spec.kind), " | ",
+                    absl::StrJoin(labels, ", "), " | ", spec.roles, " | ", spec.help, " |\n");
+  }
+  return out;
+}
+
+}  // namespace dralens::telemetry
