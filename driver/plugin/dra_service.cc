@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/log.h"
+#include "src/telemetry/tracing/trace_context.h"
+#include "src/telemetry/tracing/tracer_impl.h"
 
 namespace dralens::driver::plugin {
 namespace {
@@ -145,14 +147,62 @@ int CountErrors(const std::map<std::string, std::string>& results) {
   return n;
 }
 
+// The server span and the call counter of one non-empty kubelet call.
+class CallScope {
+ public:
+  CallScope(const CallTelemetry& telemetry, prepare::Operation operation, absl::string_view api,
+            const std::vector<ClaimRef>& claims)
+      : telemetry_(telemetry), operation_(operation), api_(api) {
+    telemetry::StartSpanOptions options;
+    options.kind = telemetry::SpanKind::kServer;
+    const std::string method = operation == prepare::Operation::kPrepare ? "NodePrepareResources"
+                                                                         : "NodeUnprepareResources";
+    span_ = telemetry_.tracer != nullptr ? telemetry_.tracer->StartSpan(method, options)
+                                         : telemetry::NoopSpan();
+    span_->SetAttribute("rpc.system", std::string("grpc"));
+    span_->SetAttribute("rpc.service",
+                        absl::StrCat("k8s.io.kubelet.pkg.apis.dra.", api, ".DRAPlugin"));
+    span_->SetAttribute("rpc.method", method);
+    span_->SetAttribute("dra.claims", static_cast<int64_t>(claims.size()));
+    for (const ClaimRef& claim : claims) {
+      // The claim's own span lives in its lifecycle trace; this event says which one.
+      span_->AddEvent("claim",
+                      {{"k8s.resourceclaim.uid", claim.uid},
+                       {"k8s.namespace.name", claim.namespace_name},
+                       {"k8s.resourceclaim.name", claim.name},
+                       {"claim.trace_id", telemetry::TraceIdFromClaimUid(claim.uid).ToHex()}});
+    }
+  }
+
+  void Done(int errors) {
+    span_->SetAttribute("dra.claim_errors", static_cast<int64_t>(errors));
+    if (errors > 0) {
+      span_->SetStatus(telemetry::StatusCode::kError, absl::StrCat(errors, " claims failed"));
+    } else {
+      span_->SetStatus(telemetry::StatusCode::kOk);
+    }
+    span_->End();
+    if (telemetry_.metrics != nullptr) {
+      telemetry_.metrics->RecordCall(operation_, api_, errors == 0);
+    }
+  }
+
+ private:
+  const CallTelemetry& telemetry_;
+  prepare::Operation operation_;
+  absl::string_view api_;
+  telemetry::SpanPtr span_;
+};
+
 template <typename Request, typename Response>
-grpc::Status Prepare(ClaimHandler& handler, absl::string_view api, const Request& request,
-                     Response& response) {
+grpc::Status Prepare(ClaimHandler& handler, const CallTelemetry& telemetry, absl::string_view api,
+                     const Request& request, Response& response) {
   if (request.claims().empty()) {
     return grpc::Status::OK;  // liveness probe: answer at once
   }
-  std::map<std::string, PrepareResult> results =
-      PrepareClaims(handler, ToClaimRefs(request.claims()), api);
+  const std::vector<ClaimRef> refs = ToClaimRefs(request.claims());
+  CallScope call(telemetry, prepare::Operation::kPrepare, api, refs);
+  std::map<std::string, PrepareResult> results = PrepareClaims(handler, refs, api);
   auto& claims = *response.mutable_claims();
   for (const auto& [uid, result] : results) {
     auto& entry = claims[uid];
@@ -164,25 +214,30 @@ grpc::Status Prepare(ClaimHandler& handler, absl::string_view api, const Request
       FillDevice(device, *entry.add_devices());
     }
   }
+  const int errors = CountErrors(results);
+  call.Done(errors);
   DLOG(kDebug, "plugin", "NodePrepareResources",
-       {{"api", api}, {"claims", results.size()}, {"errors", CountErrors(results)}});
+       {{"api", api}, {"claims", results.size()}, {"errors", errors}});
   return grpc::Status::OK;
 }
 
 template <typename Request, typename Response>
-grpc::Status Unprepare(ClaimHandler& handler, absl::string_view api, const Request& request,
-                       Response& response) {
+grpc::Status Unprepare(ClaimHandler& handler, const CallTelemetry& telemetry, absl::string_view api,
+                       const Request& request, Response& response) {
   if (request.claims().empty()) {
     return grpc::Status::OK;
   }
-  std::map<std::string, std::string> results =
-      UnprepareClaims(handler, ToClaimRefs(request.claims()), api);
+  const std::vector<ClaimRef> refs = ToClaimRefs(request.claims());
+  CallScope call(telemetry, prepare::Operation::kUnprepare, api, refs);
+  std::map<std::string, std::string> results = UnprepareClaims(handler, refs, api);
   auto& claims = *response.mutable_claims();
   for (const auto& [uid, error] : results) {
     claims[uid].set_error(error);  // every claim appears, even with an empty entry
   }
+  const int errors = CountErrors(results);
+  call.Done(errors);
   DLOG(kDebug, "plugin", "NodeUnprepareResources",
-       {{"api", api}, {"claims", results.size()}, {"errors", CountErrors(results)}});
+       {{"api", api}, {"claims", results.size()}, {"errors", errors}});
   return grpc::Status::OK;
 }
 
@@ -207,25 +262,25 @@ std::map<std::string, std::string> UnprepareClaims(ClaimHandler& handler,
 grpc::Status DraServiceV1::NodePrepareResources(grpc::ServerContext* /*context*/,
                                                 const dra_v1::NodePrepareResourcesRequest* request,
                                                 dra_v1::NodePrepareResourcesResponse* response) {
-  return Prepare(handler_, "v1", *request, *response);
+  return Prepare(handler_, telemetry_, "v1", *request, *response);
 }
 
 grpc::Status DraServiceV1::NodeUnprepareResources(
     grpc::ServerContext* /*context*/, const dra_v1::NodeUnprepareResourcesRequest* request,
     dra_v1::NodeUnprepareResourcesResponse* response) {
-  return Unprepare(handler_, "v1", *request, *response);
+  return Unprepare(handler_, telemetry_, "v1", *request, *response);
 }
 
 grpc::Status DraServiceV1beta1::NodePrepareResources(
     grpc::ServerContext* /*context*/, const dra_v1beta1::NodePrepareResourcesRequest* request,
     dra_v1beta1::NodePrepareResourcesResponse* response) {
-  return Prepare(handler_, "v1beta1", *request, *response);
+  return Prepare(handler_, telemetry_, "v1beta1", *request, *response);
 }
 
 grpc::Status DraServiceV1beta1::NodeUnprepareResources(
     grpc::ServerContext* /*context*/, const dra_v1beta1::NodeUnprepareResourcesRequest* request,
     dra_v1beta1::NodeUnprepareResourcesResponse* response) {
-  return Unprepare(handler_, "v1beta1", *request, *response);
+  return Unprepare(handler_, telemetry_, "v1beta1", *request, *response);
 }
 
 }  // namespace dralens::driver::plugin

@@ -16,8 +16,10 @@
 
 #include "absl/strings/string_view.h"
 #include "driver/prepare/claim_handler.h"
+#include "driver/prepare/prepare_telemetry.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "driver/proto/dra/v1beta1/api.grpc.pb.h"
+#include "src/telemetry/tracing/tracer.h"
 
 namespace dralens::driver::plugin {
 
@@ -39,10 +41,20 @@ std::map<std::string, std::string> UnprepareClaims(ClaimHandler& handler,
                                                    const std::vector<ClaimRef>& claims,
                                                    absl::string_view api);
 
+// What the services record per kubelet call: dralens_node_requests_total and one server span
+// (NodePrepareResources / NodeUnprepareResources) with an event per claim that names the
+// claim's own trace. Empty requests (liveness probes) are answered without either. Both
+// pointers may be null; they must outlive the services.
+struct CallTelemetry {
+  prepare::PrepareMetrics* metrics = nullptr;
+  telemetry::Tracer* tracer = nullptr;
+};
+
 // k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin. Thread-safe; `handler` must outlive the service.
 class DraServiceV1 final : public dra_v1::DRAPlugin::Service {
  public:
-  explicit DraServiceV1(ClaimHandler& handler) : handler_(handler) {}
+  explicit DraServiceV1(ClaimHandler& handler, CallTelemetry telemetry = {})
+      : handler_(handler), telemetry_(telemetry) {}
 
   // dra_v1::DRAPlugin::Service
   grpc::Status NodePrepareResources(grpc::ServerContext* context,
@@ -54,13 +66,15 @@ class DraServiceV1 final : public dra_v1::DRAPlugin::Service {
 
  private:
   ClaimHandler& handler_;
+  CallTelemetry telemetry_;
 };
 
 // k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin (1.32/1.33 kubelets). PreparedDevice.share_id
 // has no field here and is not sent. Thread-safe; `handler` must outlive the service.
 class DraServiceV1beta1 final : public dra_v1beta1::DRAPlugin::Service {
  public:
-  explicit DraServiceV1beta1(ClaimHandler& handler) : handler_(handler) {}
+  explicit DraServiceV1beta1(ClaimHandler& handler, CallTelemetry telemetry = {})
+      : handler_(handler), telemetry_(telemetry) {}
 
   // dra_v1beta1::DRAPlugin::Service
   grpc::Status NodePrepareResources(grpc::ServerContext* context,
@@ -72,6 +86,7 @@ class DraServiceV1beta1 final : public dra_v1beta1::DRAPlugin::Service {
 
  private:
   ClaimHandler& handler_;
+  CallTelemetry telemetry_;
 };
 
 }  // namespace dralens::driver::plugin

@@ -124,8 +124,10 @@ PluginServer::PluginServer(const PluginServerOptions& options, ClaimHandler& han
     : options_(options),
       registration_socket_path_(RegistrationSocketPath(options.registry_dir, options.driver_name)),
       dra_socket_path_(DraSocketPath(options.plugins_dir, options.driver_name)),
-      dra_v1_(std::make_unique<DraServiceV1>(handler)),
-      dra_v1beta1_(std::make_unique<DraServiceV1beta1>(handler)),
+      dra_v1_(
+          std::make_unique<DraServiceV1>(handler, CallTelemetry{options.metrics, options.tracer})),
+      dra_v1beta1_(std::make_unique<DraServiceV1beta1>(
+          handler, CallTelemetry{options.metrics, options.tracer})),
       registration_(std::make_unique<RegistrationServer>(RegistrationInfo{
           .driver_name = options.driver_name,
           .endpoint = dra_socket_path_,

@@ -16,6 +16,8 @@
 #include "absl/synchronization/mutex.h"
 #include "driver/plugin/registration.h"
 #include "driver/prepare/claim_handler.h"
+#include "driver/prepare/prepare_telemetry.h"
+#include "src/telemetry/tracing/tracer.h"
 
 namespace grpc {
 class Server;
@@ -33,6 +35,9 @@ struct PluginServerOptions {
   std::string plugins_dir;   // --kubelet-plugins-dir; the driver owns <plugins_dir>/<driver>/
   // How long Stop() lets in-flight DRA calls finish before cancelling them.
   std::chrono::milliseconds shutdown_grace = std::chrono::seconds(5);
+  // Per-call metrics and spans (dra_service.h); both may be null.
+  prepare::PrepareMetrics* metrics = nullptr;
+  telemetry::Tracer* tracer = nullptr;
 };
 
 // <registry_dir>/<driver>-reg.sock and <plugins_dir>/<driver>/dra.sock, made absolute (the

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -145,18 +146,85 @@ ClaimPreparer::ClaimPreparer(ClaimPreparerOptions options, k8s::KubeClient& clie
       cdi_(cdi),
       states_(states),
       load_result_(std::move(loaded)),
+      clock_(options_.clock != nullptr ? *options_.clock : common::RealClock()),
+      tracer_(options_.tracer != nullptr ? *options_.tracer : noop_tracer_),
       devices_(std::make_shared<const std::map<std::string, OwnedDevice>>(IndexDevices(inventory))),
-      checkpoint_(load_result_.checkpoint) {}
+      inventory_(std::move(inventory)),
+      checkpoint_(load_result_.checkpoint) {
+  RefreshMetrics();
+}
 
 void ClaimPreparer::SetInventory(const model::Inventory& inventory) {
   auto index = std::make_shared<const std::map<std::string, OwnedDevice>>(IndexDevices(inventory));
-  absl::MutexLock lock(&inventory_mu_);
-  devices_ = std::move(index);
+  {
+    absl::MutexLock lock(&inventory_mu_);
+    devices_ = std::move(index);
+    inventory_ = inventory;
+  }
+  RefreshMetrics();
+}
+
+void ClaimPreparer::RefreshMetrics() {
+  if (options_.metrics == nullptr) {
+    return;
+  }
+  model::Inventory inventory;
+  {
+    absl::MutexLock lock(&inventory_mu_);
+    inventory = inventory_;
+  }
+  Checkpoint checkpoint;
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    checkpoint = checkpoint_;
+  }
+  options_.metrics->Refresh(inventory, checkpoint);
 }
 
 Checkpoint ClaimPreparer::CheckpointForTest() const {
   absl::MutexLock lock(&checkpoint_mu_);
   return checkpoint_;
+}
+
+nlohmann::json ClaimPreparer::DebugState() const {
+  nlohmann::json claims = nlohmann::json::array();
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    for (const auto& [uid, claim] : checkpoint_.claims) {
+      nlohmann::json devices = nlohmann::json::array();
+      for (const CheckpointDevice& d : claim.devices) {
+        devices.push_back({{"device", d.device},
+                           {"pool", d.pool},
+                           {"type", d.type},
+                           {"uuid", d.uuid},
+                           {"requests", d.request_names},
+                           {"cdiDeviceIDs", d.cdi_device_ids}});
+      }
+      claims.push_back({{"uid", uid},
+                        {"namespace", claim.namespace_name},
+                        {"name", claim.name},
+                        {"state", ToString(claim.state)},
+                        {"cdiSpecFile", claim.cdi_spec_file},
+                        {"devices", devices}});
+    }
+  }
+  nlohmann::json recent = nlohmann::json::array();
+  for (const DecisionLog::Decision& d : decisions_.Snapshot()) {
+    recent.push_back({{"time", absl::FormatTime(absl::RFC3339_full, d.time, absl::UTCTimeZone())},
+                      {"operation", ToString(d.operation)},
+                      {"namespace", d.namespace_name},
+                      {"name", d.name},
+                      {"uid", d.uid},
+                      {"result", d.reason == FailureReason::kNone ? "ok" : "error"},
+                      {"reason", ToString(d.reason)},
+                      {"error", d.error},
+                      {"durationSeconds", absl::ToDoubleSeconds(d.duration)},
+                      {"traceID", d.trace_id}});
+  }
+  return {{"driver", options_.driver_name},
+          {"pool", options_.pool_name},
+          {"claims", claims},
+          {"recent", recent}};
 }
 
 std::optional<CheckpointClaim> ClaimPreparer::LookUp(const std::string& uid) const {
@@ -170,19 +238,68 @@ std::optional<CheckpointClaim> ClaimPreparer::LookUp(const std::string& uid) con
 
 absl::Status ClaimPreparer::UpdateCheckpoint(
     const std::function<absl::Status(Checkpoint&)>& mutate) {
-  absl::MutexLock lock(&checkpoint_mu_);
-  Checkpoint next = checkpoint_;
-  RETURN_IF_ERROR(mutate(next));
-  RETURN_IF_ERROR(store_.Save(next));
-  checkpoint_ = std::move(next);
-  return absl::OkStatus();
+  PendingUpdate me{&mutate, absl::OkStatus(), false};
+  absl::MutexLock lock(&commit_mu_);
+  pending_.push_back(&me);
+  while (!me.done) {
+    if (writing_) {
+      // Someone is saving; our mutation goes into the next batch (or theirs, if they pick it
+      // up). Wake when our result is in or the writer's seat is free.
+      const auto ready = [&] { return me.done || !writing_; };
+      commit_mu_.Await(absl::Condition(&ready));
+      continue;
+    }
+    // Become the writer for everything queued so far.
+    writing_ = true;
+    std::vector<PendingUpdate*> batch;
+    batch.swap(pending_);
+    commit_mu_.Unlock();
+
+    Checkpoint next;
+    {
+      absl::MutexLock cp(&checkpoint_mu_);
+      next = checkpoint_;
+    }
+    std::vector<PendingUpdate*> applied;
+    for (PendingUpdate* update : batch) {
+      update->result = (*update->mutate)(next);
+      if (update->result.ok()) {
+        applied.push_back(update);
+      }
+    }
+    if (!applied.empty()) {
+      absl::Status saved = store_.Save(next);
+      if (options_.metrics != nullptr) {
+        options_.metrics->RecordCheckpointWrite(saved.ok());
+      }
+      if (saved.ok()) {
+        absl::MutexLock cp(&checkpoint_mu_);
+        checkpoint_ = std::move(next);
+      } else {
+        saved = WithReason(saved, FailureReason::kCheckpointError);
+        for (PendingUpdate* update : applied) {
+          update->result = saved;
+        }
+      }
+    }
+
+    commit_mu_.Lock();
+    for (PendingUpdate* update : batch) {
+      update->done = true;
+    }
+    writing_ = false;
+  }
+  return me.result;
 }
 
 std::map<std::string, PrepareResult> ClaimPreparer::Prepare(const std::vector<ClaimRef>& claims) {
   std::vector<ClaimRef> distinct = Distinct(claims);
   std::vector<PrepareResult> results(distinct.size());
   ForEachParallel(distinct.size(), [&](size_t i) {
-    absl::StatusOr<std::vector<PreparedDevice>> devices = PrepareOne(distinct[i]);
+    ClaimTelemetry telemetry(options_.metrics, tracer_, clock_, Operation::kPrepare, distinct[i],
+                             options_.pool_name, &decisions_);
+    absl::StatusOr<std::vector<PreparedDevice>> devices = PrepareOne(distinct[i], telemetry);
+    telemetry.Finish(devices.status());
     if (devices.ok()) {
       results[i].devices = *std::move(devices);
     } else {
@@ -202,7 +319,10 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
   std::vector<ClaimRef> distinct = Distinct(claims);
   std::vector<std::string> errors(distinct.size());
   ForEachParallel(distinct.size(), [&](size_t i) {
-    absl::Status status = UnprepareOne(distinct[i]);
+    ClaimTelemetry telemetry(options_.metrics, tracer_, clock_, Operation::kUnprepare, distinct[i],
+                             options_.pool_name, &decisions_);
+    absl::Status status = UnprepareOne(distinct[i], telemetry);
+    telemetry.Finish(status);
     if (!status.ok()) {
       errors[i] = std::string(status.message());
       DLOG(kWarn, kComponent, "unprepare failed",
@@ -219,7 +339,7 @@ std::map<std::string, std::string> ClaimPreparer::Unprepare(const std::vector<Cl
 absl::Status ClaimPreparer::RollBack(const std::string& uid) {
   // The spec first: if we crash after removing it, the entry still says PrepareStarted and the
   // next attempt rolls back again (removing a missing spec is fine).
-  RETURN_IF_ERROR_CTX(cdi_.Remove(uid), "roll back");
+  RETURN_IF_ERROR_CTX(WithReason(cdi_.Remove(uid), FailureReason::kCdiError), "roll back");
   RETURN_IF_ERROR_CTX(UpdateCheckpoint([&](Checkpoint& cp) {
                         cp.claims.erase(uid);
                         return absl::OkStatus();
@@ -228,38 +348,60 @@ absl::Status ClaimPreparer::RollBack(const std::string& uid) {
   return states_.Transition(uid, ClaimState::kPrepareStarted, ClaimState::kUnprepared);
 }
 
-absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const ClaimRef& ref) {
+absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const ClaimRef& ref,
+                                                                      ClaimTelemetry& telemetry) {
   const std::string key = Key(ref);
   const std::string context = absl::StrCat("prepare claim ", key);
-  RETURN_IF_ERROR_CTX(ValidateClaimUid(ref.uid), context);
+  RETURN_IF_ERROR_CTX(WithReason(ValidateClaimUid(ref.uid), FailureReason::kInvalidRequest),
+                      context);
   KeyedLocks::Guard claim_lock(claim_locks_, {ref.uid});
 
   // Idempotency: the kubelet re-sends prepared claims after every restart of its own.
   if (std::optional<CheckpointClaim> existing = LookUp(ref.uid); existing.has_value()) {
     if (existing->state == ClaimState::kPrepareCompleted) {
+      telemetry.AddEvent("replayed from checkpoint");
       return Answer(existing->devices);
     }
     // PrepareStarted: we crashed (or failed) midway. Undo whatever may exist, then redo all.
     DLOG(kWarn, kComponent, "claim left in PrepareStarted; rolling back before preparing again",
          {{"claim", key}, {"uid", ref.uid}});
+    telemetry.AddEvent("rolled back a crashed prepare");
+    auto phase = telemetry.Time(Phase::kCheckpoint);
     RETURN_IF_ERROR_CTX(RollBack(ref.uid), context);
   }
 
   // The kubelet sends only identity; the allocation lives in the API server. A claim with the
   // same name may have been deleted and re-created, hence the UID check.
-  absl::StatusOr<nlohmann::json> fetched =
-      client_.Get(k8s::kResourceClaims, ref.namespace_name, ref.name);
-  if (!fetched.ok()) {
-    return common::Annotate(fetched.status(), absl::StrCat(context, ": get ResourceClaim"));
-  }
-  absl::StatusOr<model::ResourceClaim> claim = model::Decode<model::ResourceClaim>(*fetched);
-  if (!claim.ok()) {
-    return common::Annotate(claim.status(), absl::StrCat(context, ": decode ResourceClaim"));
+  absl::StatusOr<model::ResourceClaim> claim;
+  {
+    auto phase = telemetry.Time(Phase::kFetchClaim);
+    absl::StatusOr<nlohmann::json> fetched =
+        client_.Get(k8s::kResourceClaims, ref.namespace_name, ref.name);
+    if (!fetched.ok()) {
+      phase.Fail(fetched.status());
+      return WithReason(
+          common::Annotate(fetched.status(), absl::StrCat(context, ": get ResourceClaim")),
+          k8s::IsNotFound(fetched.status()) ? FailureReason::kClaimNotFound
+                                            : FailureReason::kApiError);
+    }
+    claim = model::Decode<model::ResourceClaim>(*fetched);
+    if (!claim.ok()) {
+      phase.Fail(claim.status());
+      return WithReason(
+          common::Annotate(claim.status(), absl::StrCat(context, ": decode ResourceClaim")),
+          FailureReason::kApiError);
+    }
   }
   if (claim->metadata.uid != ref.uid) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(context, ": claim was replaced: the kubelet asked for UID ", ref.uid,
-                     ", the API server has UID ", claim->metadata.uid));
+    return WithReason(absl::FailedPreconditionError(
+                          absl::StrCat(context, ": claim was replaced: the kubelet asked for UID ",
+                                       ref.uid, ", the API server has UID ", claim->metadata.uid)),
+                      FailureReason::kClaimReplaced);
+  }
+  if (!claim->status.allocation.has_value()) {
+    return WithReason(absl::FailedPreconditionError(
+                          absl::StrCat(context, ": claim ", Key(ref), " is not allocated")),
+                      FailureReason::kNotAllocated);
   }
 
   std::shared_ptr<const std::map<std::string, OwnedDevice>> devices;
@@ -270,7 +412,12 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
   absl::StatusOr<ClaimPlan> plan =
       PlanClaim(*claim, options_.driver_name, options_.pool_name, *devices, options_.cdi_host);
   if (!plan.ok()) {
-    return common::Annotate(plan.status(), context);
+    return WithReason(common::Annotate(plan.status(), context), FailureReason::kForeignDevice);
+  }
+  telemetry.SetAttribute("dra.driver", options_.driver_name);
+  telemetry.SetAttribute("dra.device.count", static_cast<int64_t>(plan->devices.size()));
+  if (plan->devices.size() == 1) {
+    telemetry.SetAttribute("dra.device", plan->devices.front().device);
   }
 
   std::vector<std::string> device_keys;
@@ -290,6 +437,8 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
   // PrepareStarted is durable before any side effect, so a crash at any later point is found
   // and rolled back. The duplicate-device guard runs in the same critical section as the
   // write, so two claims can never both record the same exclusive device.
+  std::optional<ClaimTelemetry::PhaseScope> started_phase;
+  started_phase.emplace(telemetry, Phase::kCheckpoint);
   absl::Status started = UpdateCheckpoint([&](Checkpoint& cp) -> absl::Status {
     for (const auto& [holder_uid, holder] : cp.claims) {
       if (holder_uid == ref.uid) {
@@ -303,10 +452,13 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
           if (options_.sharing && options_.sharing(held, holder_uid, ref.uid)) {
             continue;
           }
-          return absl::FailedPreconditionError(absl::StrCat(
-              "device ", wanted.device, " in pool ", wanted.pool, " is already prepared for claim ",
-              holder.namespace_name, "/", holder.name, " (uid ", holder_uid,
-              "); refusing to prepare it also for claim ", key, " (uid ", ref.uid, ")"));
+          return WithReason(
+              absl::FailedPreconditionError(absl::StrCat(
+                  "device ", wanted.device, " in pool ", wanted.pool,
+                  " is already prepared for claim ", holder.namespace_name, "/", holder.name,
+                  " (uid ", holder_uid, "); refusing to prepare it also for claim ", key, " (uid ",
+                  ref.uid, ")")),
+              FailureReason::kDeviceBusy);
         }
       }
     }
@@ -314,54 +466,69 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
     return absl::OkStatus();
   });
   if (!started.ok()) {
+    started_phase->Fail(started);
     return common::Annotate(started, context);
   }
+  started_phase.reset();
   RETURN_IF_ERROR_CTX(
       states_.Transition(ref.uid, ClaimState::kUnprepared, ClaimState::kPrepareStarted), context);
   MaybeCrashForTest("after-started");
 
   if (plan->cdi_spec.has_value()) {
+    auto phase = telemetry.Time(Phase::kCdi);
     absl::StatusOr<std::string> written = cdi_.Write(ref.uid, *plan->cdi_spec);
     if (!written.ok()) {
+      phase.Fail(written.status());
       absl::Status undo = RollBack(ref.uid);
       if (!undo.ok()) {
         DLOG(kError, kComponent, "roll back after a failed CDI write failed; retried next time",
              {{"claim", key}, {"uid", ref.uid}, {"error", undo.message()}});
       }
-      return common::Annotate(written.status(), context);
+      return WithReason(common::Annotate(written.status(), context), FailureReason::kCdiError);
     }
   }
   MaybeCrashForTest("after-cdi");
 
-  RETURN_IF_ERROR_CTX(UpdateCheckpoint([&](Checkpoint& cp) {
-                        cp.claims[ref.uid].state = ClaimState::kPrepareCompleted;
-                        return absl::OkStatus();
-                      }),
-                      context);
+  {
+    auto phase = telemetry.Time(Phase::kCheckpoint);
+    RETURN_IF_ERROR_CTX(UpdateCheckpoint([&](Checkpoint& cp) {
+                          cp.claims[ref.uid].state = ClaimState::kPrepareCompleted;
+                          return absl::OkStatus();
+                        }),
+                        context);
+  }
   RETURN_IF_ERROR_CTX(
       states_.Transition(ref.uid, ClaimState::kPrepareStarted, ClaimState::kPrepareCompleted),
       context);
   MaybeCrashForTest("after-completed");
+  RefreshMetrics();
   DLOG(kInfo, kComponent, "claim prepared",
        {{"claim", key}, {"uid", ref.uid}, {"devices", entry.devices.size()}});
   return Answer(entry.devices);
 }
 
-absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref) {
+absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref, ClaimTelemetry& telemetry) {
   const std::string context = absl::StrCat("unprepare claim ", Key(ref));
-  RETURN_IF_ERROR_CTX(ValidateClaimUid(ref.uid), context);
+  RETURN_IF_ERROR_CTX(WithReason(ValidateClaimUid(ref.uid), FailureReason::kInvalidRequest),
+                      context);
   KeyedLocks::Guard claim_lock(claim_locks_, {ref.uid});
   std::optional<CheckpointClaim> existing = LookUp(ref.uid);
   if (!existing.has_value()) {
+    telemetry.AddEvent("not prepared here");
     return absl::OkStatus();  // never prepared here, or already unprepared: nothing to do
   }
   RETURN_IF_ERROR_CTX(states_.Transition(ref.uid, existing->state, ClaimState::kUnpreparing),
                       context);
   // The spec goes first: a crash in between leaves the entry, and the kubelet's retry finds the
   // claim and finishes. The reverse order could leak a spec that nothing records.
-  absl::Status removed = cdi_.Remove(ref.uid);
+  absl::Status removed;
+  {
+    auto phase = telemetry.Time(Phase::kCdi);
+    removed = WithReason(cdi_.Remove(ref.uid), FailureReason::kCdiError);
+  }
   if (removed.ok()) {
     MaybeCrashForTest("unprepare-after-cdi-removed");
+    auto phase = telemetry.Time(Phase::kCheckpoint);
     removed = UpdateCheckpoint([&](Checkpoint& cp) {
       cp.claims.erase(ref.uid);
       return absl::OkStatus();
@@ -378,6 +545,7 @@ absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref) {
   MaybeCrashForTest("unprepare-after-checkpoint");
   RETURN_IF_ERROR_CTX(
       states_.Transition(ref.uid, ClaimState::kUnpreparing, ClaimState::kUnprepared), context);
+  RefreshMetrics();
   DLOG(kInfo, kComponent, "claim unprepared", {{"claim", Key(ref)}, {"uid", ref.uid}});
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include "src/common/log.h"
 #include "src/common/status.h"
 #include "src/model/codec.h"
+#include "src/telemetry/catalog.h"
 
 namespace dralens::driver::slices {
 namespace {
@@ -83,8 +84,33 @@ absl::Status SlicePublisher::EnsureNodeUid() {
   return absl::OkStatus();
 }
 
+SliceMetrics::SliceMetrics(prometheus::Registry& registry)
+    : syncs_(telemetry::BuildCounter(registry, "dralens_slices_syncs_total")),
+      duration_(telemetry::BuildHistogram(registry, "dralens_slices_sync_duration_seconds")
+                    .Add({}, telemetry::DurationBuckets())),
+      generation_(telemetry::BuildGauge(registry, "dralens_slices_pool_generation").Add({})),
+      devices_(telemetry::BuildGauge(registry, "dralens_slices_published_devices").Add({})),
+      slices_(telemetry::BuildGauge(registry, "dralens_slices_published").Add({})) {
+  for (const char* result : {"unchanged", "changed", "error"}) {
+    syncs_.Add({{"result", result}});
+  }
+}
+
+void SliceMetrics::RecordSync(const absl::StatusOr<SyncResult>& result, absl::Duration duration) {
+  duration_.Observe(absl::ToDoubleSeconds(duration));
+  if (!result.ok()) {
+    syncs_.Add({{"result", "error"}}).Increment();
+    return;
+  }
+  syncs_.Add({{"result", result->changed() ? "changed" : "unchanged"}}).Increment();
+  generation_.Set(static_cast<double>(result->generation));
+  devices_.Set(static_cast<double>(result->devices));
+  slices_.Set(static_cast<double>(result->slices));
+}
+
 absl::StatusOr<SyncResult> SlicePublisher::Sync() {
   absl::MutexLock sync_lock(&sync_mu_);
+  const absl::Time started = clock_.Now();
   std::optional<model::Inventory> inventory;
   uint64_t seq = 0;
   {
@@ -113,6 +139,9 @@ absl::StatusOr<SyncResult> SlicePublisher::Sync() {
     }
   }
   result = common::Annotate(std::move(result), "publish slices");
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordSync(result, clock_.Now() - started);
+  }
 
   absl::MutexLock lock(&mu_);
   if (result.ok()) {

@@ -40,11 +40,18 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "driver/slices/slice_builder.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/k8s/client.h"
 #include "src/model/inventory.h"
 
 namespace dralens::driver::slices {
+
+class SliceMetrics;
 
 struct SlicePublisherOptions {
   std::string node_name;
@@ -59,6 +66,8 @@ struct SlicePublisherOptions {
   absl::Duration poll_interval = absl::Seconds(1);
   // Passes of one Sync() restarted after a conflict or a concurrent deletion.
   int max_conflict_passes = 3;
+  // Not owned; may be null.
+  SliceMetrics* metrics = nullptr;
 };
 
 // What one Sync() did.
@@ -71,6 +80,20 @@ struct SyncResult {
   size_t devices = 0;      // devices in the pool afterwards
 
   bool changed() const { return created + updated + deleted > 0; }
+};
+
+// dralens_slices_* (see the metric catalogue). Thread-safe.
+class SliceMetrics {
+ public:
+  explicit SliceMetrics(prometheus::Registry& registry);
+  void RecordSync(const absl::StatusOr<SyncResult>& result, absl::Duration duration);
+
+ private:
+  prometheus::Family<prometheus::Counter>& syncs_;
+  prometheus::Histogram& duration_;
+  prometheus::Gauge& generation_;
+  prometheus::Gauge& devices_;
+  prometheus::Gauge& slices_;
 };
 
 class SlicePublisher {

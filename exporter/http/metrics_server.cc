@@ -4,10 +4,23 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "src/common/log.h"
+#include "src/telemetry/catalog.h"
 #include "src/telemetry/exposition.h"
 
 namespace dralens::exporter {
+namespace {
+
+// Scrapes are expected in the sub-millisecond to tens-of-milliseconds range.
+const prometheus::Histogram::BucketBoundaries& ScrapeBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1};
+  return *buckets;
+}
+
+}  // namespace
 
 absl::Status SplitHostPort(const std::string& address, std::string* host, int* port) {
   const size_t colon = address.rfind(':');
@@ -29,9 +42,25 @@ absl::Status SplitHostPort(const std::string& address, std::string* host, int* p
 
 MetricsServer::MetricsServer(std::shared_ptr<prometheus::Registry> registry, ReadinessCheck ready,
                              const telemetry::ExemplarStore* exemplars)
-    : registry_(std::move(registry)), ready_(std::move(ready)), exemplars_(exemplars) {}
+    : registry_(std::move(registry)),
+      ready_(std::move(ready)),
+      exemplars_(exemplars),
+      scrape_duration_(telemetry::BuildHistogram(*registry_, "dralens_scrape_duration_seconds")) {
+  for (const char* format : {"text", "openmetrics"}) {
+    scrape_duration_.Add({{"format", format}}, ScrapeBuckets());
+  }
+}
 
 MetricsServer::~MetricsServer() { Stop(); }
+
+void MetricsServer::AddCollectable(const prometheus::Collectable* collectable) {
+  collectables_.push_back(collectable);
+}
+
+void MetricsServer::AddJsonEndpoint(const std::string& path,
+                                    std::function<nlohmann::json()> render) {
+  json_endpoints_.emplace_back(path, std::move(render));
+}
 
 absl::Status MetricsServer::Start(const std::string& address) {
   std::string host;
@@ -42,9 +71,23 @@ absl::Status MetricsServer::Start(const std::string& address) {
   server_ = std::make_unique<httplib::Server>();
   server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
   server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    const absl::Time start = absl::Now();
     const telemetry::ExpositionFormat format =
         telemetry::NegotiateFormat(req.get_header_value("Accept"));
-    std::string body = telemetry::Render(registry_->Collect(), exemplars_, format);
+    std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    for (const prometheus::Collectable* c : collectables_) {
+      std::vector<prometheus::MetricFamily> more = c->Collect();
+      families.insert(families.end(), std::make_move_iterator(more.begin()),
+                      std::make_move_iterator(more.end()));
+    }
+    std::string body = telemetry::Render(families, exemplars_, format);
+    // Observed after rendering, so a scrape reports the one before it: that is what a
+    // collector can do without rendering twice.
+    scrape_duration_
+        .Add({{"format",
+               format == telemetry::ExpositionFormat::kOpenMetrics ? "openmetrics" : "text"}},
+             ScrapeBuckets())
+        .Observe(absl::ToDoubleSeconds(absl::Now() - start));
     // httplib gzips text/* bodies itself when the client accepts it; OpenMetrics' media type is
     // not one it knows, so that one is compressed here.
     if (format == telemetry::ExpositionFormat::kOpenMetrics &&
@@ -57,6 +100,11 @@ absl::Status MetricsServer::Start(const std::string& address) {
     }
     res.set_content(std::move(body), std::string(telemetry::ContentType(format)));
   });
+  for (const auto& [path, render] : json_endpoints_) {
+    server_->Get(path, [render = render](const httplib::Request&, httplib::Response& res) {
+      res.set_content(render().dump(2) + "\n", "application/json");
+    });
+  }
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });

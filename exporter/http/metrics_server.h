@@ -1,5 +1,6 @@
 // MetricsServer: the HTTP endpoint of every role: /metrics, /healthz, /readyz.
 //
+// /debug/... endpoints serve JSON that a role registers (the node: /debug/claims).
 // /metrics renders the registry as Prometheus text 0.0.4 or, when the client's Accept header
 // prefers it, as OpenMetrics 1.0 with exemplars (src/telemetry/exposition.h); gzip when the
 // client accepts it.
@@ -11,8 +12,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/collectable.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "src/telemetry/exemplar.h"
 
@@ -36,6 +42,12 @@ class MetricsServer {
 
   // Binds "host:port" (port 0 picks one; "[::1]:p" for IPv6) and serves in the background.
   absl::Status Start(const std::string& address);
+  // Adds families collected at scrape time next to the registry's (e.g. counters kept as
+  // atomics elsewhere). Call before Start(); `collectable` must outlive the server.
+  void AddCollectable(const prometheus::Collectable* collectable);
+  // Serves GET `path` (e.g. "/debug/claims") as pretty-printed JSON from `render`, called per
+  // request on a server thread. Call before Start().
+  void AddJsonEndpoint(const std::string& path, std::function<nlohmann::json()> render);
   void Stop();
   int port() const { return port_; }
 
@@ -43,6 +55,9 @@ class MetricsServer {
   std::shared_ptr<prometheus::Registry> registry_;
   ReadinessCheck ready_;
   const telemetry::ExemplarStore* exemplars_;
+  prometheus::Family<prometheus::Histogram>& scrape_duration_;
+  std::vector<const prometheus::Collectable*> collectables_;
+  std::vector<std::pair<std::string, std::function<nlohmann::json()>>> json_endpoints_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

@@ -6,13 +6,15 @@
 #include "src/app/kube.h"
 #include "src/app/lifecycle.h"
 #include "src/app/roles.h"
+#include "src/app/telemetry_setup.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 
 namespace dralens::app {
 
 int RunCluster(const FlagValues& flags) {
-  auto registry = std::make_shared<prometheus::Registry>();
+  ProcessTelemetry telemetry = NewProcessTelemetry("cluster");
+  std::shared_ptr<prometheus::Registry> registry = telemetry.registry;
   std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
   std::unique_ptr<k8s::RestClient> client;
   std::unique_ptr<ClusterWatch> watch;
@@ -35,8 +37,8 @@ int RunCluster(const FlagValues& flags) {
        }},
       {"serve metrics",
        [&]() -> absl::Status {
-         metrics_server =
-             std::make_unique<exporter::MetricsServer>(registry, [&] { return watch->Ready(); });
+         metrics_server = std::make_unique<exporter::MetricsServer>(
+             registry, [&] { return watch->Ready(); }, telemetry.exemplars.get());
          return metrics_server->Start(flags.Get("metrics-address"));
        }},
       {"wait for shutdown",

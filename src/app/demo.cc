@@ -19,6 +19,7 @@
 #include "src/app/lifecycle.h"
 #include "src/app/node_driver.h"
 #include "src/app/roles.h"
+#include "src/app/telemetry_setup.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 #include "src/sim/api_server.h"
@@ -54,16 +55,40 @@ std::string NodeDir(const FlagValues& flags, const std::string& flag, const std:
   return absl::StrCat(scratch, "/", node, "/", leaf);
 }
 
+// One simulated node, as its DaemonSet pod would be: its own registry, API client and metrics
+// endpoint, so its series carry no node label of their own (Prometheus adds `instance`).
+struct SimulatedNode {
+  std::string name;
+  ProcessTelemetry telemetry = NewProcessTelemetry("node");
+  std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
+  std::unique_ptr<k8s::RestClient> client;
+  std::unique_ptr<NodeDriver> driver;
+  std::unique_ptr<exporter::MetricsServer> metrics_server;
+};
+
+// Simulated node i serves metrics on the demo's port + 1 + i, or on a free port when the demo
+// itself was given port 0.
+std::string NodeMetricsAddress(const std::string& demo_address, int i) {
+  std::string host;
+  int port = 0;
+  if (!exporter::SplitHostPort(demo_address, &host, &port).ok() || port == 0) {
+    return absl::StrCat(host.empty() ? "127.0.0.1" : host, ":0");
+  }
+  return absl::StrCat(host, ":", port + 1 + i);
+}
+
 }  // namespace
 
 int RunDemo(const FlagValues& flags) {
-  auto registry = std::make_shared<prometheus::Registry>();
+  ProcessTelemetry telemetry = NewProcessTelemetry("demo");
+  std::shared_ptr<prometheus::Registry> registry = telemetry.registry;
   std::unique_ptr<sim::ApiServer> api_server;
   std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
   std::unique_ptr<k8s::RestClient> client;
   std::unique_ptr<ClusterWatch> watch;
   std::unique_ptr<exporter::MetricsServer> metrics_server;
-  std::vector<std::unique_ptr<NodeDriver>> drivers;
+  std::vector<std::unique_ptr<SimulatedNode>> sim_nodes;
+  k8s::RestConfig api_config;
   std::string scratch;  // the demo's temporary directory, removed at the end
   int nodes = 2;
   (void)absl::SimpleAtoi(flags.Get("demo-nodes"), &nodes);
@@ -81,7 +106,7 @@ int RunDemo(const FlagValues& flags) {
        }},
       {"connect to it",
        [&]() -> absl::Status {
-         k8s::RestConfig config;
+         k8s::RestConfig& config = api_config;
          config.server = api_server->url();
          kube_metrics =
              std::make_unique<k8s::KubeRequestMetrics>(k8s::KubeRequestMetrics::Create(*registry));
@@ -105,26 +130,45 @@ int RunDemo(const FlagValues& flags) {
          }
          scratch = tmpl;
          for (int i = 0; i < nodes; ++i) {
+           auto sim_node = std::make_unique<SimulatedNode>();
+           SimulatedNode& n = *sim_node;
+           n.name = DemoNodeName(i);
+           n.kube_metrics = std::make_unique<k8s::KubeRequestMetrics>(
+               k8s::KubeRequestMetrics::Create(*n.telemetry.registry));
+           ASSIGN_OR_RETURN(n.client, BuildKubeClient(api_config, n.kube_metrics.get()));
            NodeDriverOptions options;
-           options.node_name = DemoNodeName(i);
+           options.node_name = n.name;
            options.driver_name = flags.Get("driver-name");
-           options.registry_dir = NodeDir(flags, "kubelet-registry-dir", scratch,
-                                          "plugins_registry", options.node_name);
-           options.plugins_dir =
-               NodeDir(flags, "kubelet-plugins-dir", scratch, "plugins", options.node_name);
-           options.cdi_root = NodeDir(flags, "cdi-root", scratch, "cdi", options.node_name);
+           options.registry_dir =
+               NodeDir(flags, "kubelet-registry-dir", scratch, "plugins_registry", n.name);
+           options.plugins_dir = NodeDir(flags, "kubelet-plugins-dir", scratch, "plugins", n.name);
+           options.cdi_root = NodeDir(flags, "cdi-root", scratch, "cdi", n.name);
            options.device_source.kind = "simulated";
            options.device_source.simulated_profile = DemoProfile(i);
-           const std::string node = options.node_name;
+           RETURN_IF_ERROR(StartTracing(n.telemetry, "dralens-node", {{"k8s.node.name", n.name}}));
+           options.registry = n.telemetry.registry.get();
+           options.exemplars = n.telemetry.exemplars.get();
+           options.tracer = &n.telemetry.tracer();
            absl::StatusOr<std::unique_ptr<NodeDriver>> driver =
-               NodeDriver::Start(std::move(options), *client, common::RealClock());
-           RETURN_IF_ERROR_CTX(driver.status(), absl::StrCat("start node ", node));
+               NodeDriver::Start(std::move(options), *n.client, common::RealClock());
+           RETURN_IF_ERROR_CTX(driver.status(), absl::StrCat("start node ", n.name));
+           n.driver = *std::move(driver);
            absl::StatusOr<sim::RegisteredPlugin> registered =
-               sim::RegisterPlugin((*driver)->registration_socket_path());
-           RETURN_IF_ERROR_CTX(registered.status(), absl::StrCat("register node ", node));
+               sim::RegisterPlugin(n.driver->registration_socket_path());
+           RETURN_IF_ERROR_CTX(registered.status(), absl::StrCat("register node ", n.name));
            DLOG(kInfo, "demo", "kubelet stand-in registered the plugin",
-                {{"node", node}, {"service", registered->service_version}});
-           drivers.push_back(*std::move(driver));
+                {{"node", n.name}, {"service", registered->service_version}});
+           NodeDriver* driver_ptr = n.driver.get();
+           n.metrics_server = std::make_unique<exporter::MetricsServer>(
+               n.telemetry.registry, [driver_ptr] { return driver_ptr->Ready(); },
+               n.telemetry.exemplars.get());
+           n.metrics_server->AddCollectable(n.telemetry.tracing_metrics.get());
+           n.metrics_server->AddJsonEndpoint("/debug/claims",
+                                             [driver_ptr] { return driver_ptr->DebugClaims(); });
+           RETURN_IF_ERROR_CTX(
+               n.metrics_server->Start(NodeMetricsAddress(flags.Get("metrics-address"), i)),
+               absl::StrCat("serve metrics of node ", n.name));
+           sim_nodes.push_back(std::move(sim_node));
          }
          return absl::OkStatus();
        }},
@@ -132,13 +176,15 @@ int RunDemo(const FlagValues& flags) {
        [&]() -> absl::Status {
          watch = std::make_unique<ClusterWatch>(*client, kube_metrics.get());
          watch->Start();
-         metrics_server =
-             std::make_unique<exporter::MetricsServer>(registry, [&]() -> absl::Status {
-               for (const auto& driver : drivers) {
-                 RETURN_IF_ERROR(driver->Ready());
+         metrics_server = std::make_unique<exporter::MetricsServer>(
+             registry,
+             [&]() -> absl::Status {
+               for (const auto& n : sim_nodes) {
+                 RETURN_IF_ERROR_CTX(n->driver->Ready(), n->name);
                }
                return watch->Ready();
-             });
+             },
+             telemetry.exemplars.get());
          return metrics_server->Start(flags.Get("metrics-address"));
        }},
       {"print where to look",
@@ -149,9 +195,12 @@ int RunDemo(const FlagValues& flags) {
              "    kubectl --server %s get nodes,resourceslices,resourceclaims,deviceclasses -A\n"
              "  metrics:     http://127.0.0.1:%d/metrics   (readiness: /readyz)\n",
              api_server->url().c_str(), api_server->url().c_str(), metrics_server->port());
-         for (size_t i = 0; i < drivers.size(); ++i) {
-           std::printf("  node %-11s %zu devices, kubelet plugin at %s\n", DemoNodeName(i).c_str(),
-                       drivers[i]->device_count(), drivers[i]->dra_socket_path().c_str());
+         for (const auto& n : sim_nodes) {
+           std::printf(
+               "  node %-11s metrics http://127.0.0.1:%d/metrics, %zu devices, kubelet "
+               "plugin %s\n",
+               n->name.c_str(), n->metrics_server->port(), n->driver->device_count(),
+               n->driver->dra_socket_path().c_str());
          }
          std::printf("\nPress Ctrl-C to stop.\n\n");
          std::fflush(stdout);
@@ -174,10 +223,16 @@ int RunDemo(const FlagValues& flags) {
        }},
       {"stop the simulated nodes",
        [&] {
-         for (auto& driver : drivers) {
-           driver->Stop();
+         for (auto& n : sim_nodes) {
+           if (n->metrics_server) {
+             n->metrics_server->Stop();
+           }
+           if (n->driver) {
+             n->driver->Stop();
+           }
+           n->telemetry.Shutdown();
          }
-         drivers.clear();
+         sim_nodes.clear();
          if (!scratch.empty()) {
            std::error_code ec;
            std::filesystem::remove_all(scratch, ec);

@@ -12,6 +12,7 @@
 #include "src/app/lifecycle.h"
 #include "src/app/node_driver.h"
 #include "src/app/roles.h"
+#include "src/app/telemetry_setup.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 
@@ -19,7 +20,8 @@ namespace dralens::app {
 namespace {
 
 struct NodeState {
-  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  ProcessTelemetry telemetry = NewProcessTelemetry("node");
+  std::shared_ptr<prometheus::Registry> registry = telemetry.registry;
   std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
   std::unique_ptr<k8s::RestClient> client;
   std::unique_ptr<exporter::MetricsServer> metrics_server;
@@ -42,6 +44,10 @@ int RunNode(const FlagValues& flags) {
          }
          return absl::OkStatus();
        }},
+      {"start tracing",
+       [&]() -> absl::Status {
+         return StartTracing(state.telemetry, "dralens-node", {{"k8s.node.name", node_name}});
+       }},
       {"connect to the API server",
        [&]() -> absl::Status {
          ASSIGN_OR_RETURN(k8s::RestConfig config, LoadRestConfig(flags));
@@ -52,15 +58,22 @@ int RunNode(const FlagValues& flags) {
        }},
       {"serve metrics",
        [&]() -> absl::Status {
-         state.metrics_server =
-             std::make_unique<exporter::MetricsServer>(state.registry, [&]() -> absl::Status {
+         state.metrics_server = std::make_unique<exporter::MetricsServer>(
+             state.registry,
+             [&]() -> absl::Status {
                if (!state.node_found.load()) {
                  return absl::UnavailableError(absl::StrCat("node ", node_name, " not found"));
                }
                NodeDriver* driver = state.running.load();
                return driver != nullptr ? driver->Ready()
                                         : absl::UnavailableError("kubelet plugin starting");
-             });
+             },
+             state.telemetry.exemplars.get());
+         state.metrics_server->AddCollectable(state.telemetry.tracing_metrics.get());
+         state.metrics_server->AddJsonEndpoint("/debug/claims", [&]() -> nlohmann::json {
+           NodeDriver* driver = state.running.load();
+           return driver != nullptr ? driver->DebugClaims() : nlohmann::json{{"error", "starting"}};
+         });
          return state.metrics_server->Start(flags.Get("metrics-address"));
        }},
       {"look up the node",
@@ -84,6 +97,9 @@ int RunNode(const FlagValues& flags) {
          options.cdi_root = flags.Get("cdi-root");
          options.device_source.kind = flags.Get("device-source");
          options.device_source.simulated_profile = flags.Get("simulated-profile");
+         options.registry = state.registry.get();
+         options.exemplars = state.telemetry.exemplars.get();
+         options.tracer = &state.telemetry.tracer();
          ASSIGN_OR_RETURN(state.driver, NodeDriver::Start(std::move(options), *state.client,
                                                           common::RealClock()));
          state.running = state.driver.get();
@@ -102,6 +118,11 @@ int RunNode(const FlagValues& flags) {
          if (state.driver) {
            state.driver->Stop();
          }
+         return absl::OkStatus();
+       }},
+      {"flush spans",
+       [&] {
+         state.telemetry.Shutdown();
          return absl::OkStatus();
        }},
       {"stop metrics",

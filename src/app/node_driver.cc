@@ -45,6 +45,12 @@ absl::Status NodeDriver::StartAll() {
         {"gpus", inventory->gpus().size()},
         {"mig_devices", inventory->mig_devices().size()}});
 
+  if (options_.registry != nullptr && options_.exemplars != nullptr) {
+    prepare_metrics_ =
+        std::make_unique<driver::prepare::PrepareMetrics>(*options_.registry, *options_.exemplars);
+    slice_metrics_ = std::make_unique<driver::slices::SliceMetrics>(*options_.registry);
+  }
+
   absl::StatusOr<std::string> boot_id = driver::prepare::ReadBootId(options_.boot_id_path);
   RETURN_IF_ERROR_CTX(boot_id.status(), "read the node boot id");
   checkpoint_ = std::make_unique<driver::prepare::FileCheckpointStore>(
@@ -58,6 +64,9 @@ absl::Status NodeDriver::StartAll() {
   if (source_options.kind == "nvml") {
     preparer_options.cdi_host = driver::prepare::ReadCdiHostInfo();
   }
+  preparer_options.metrics = prepare_metrics_.get();
+  preparer_options.tracer = options_.tracer;
+  preparer_options.clock = &clock_;
   ASSIGN_OR_RETURN(preparer_,
                    driver::prepare::ClaimPreparer::Create(preparer_options, client_, *checkpoint_,
                                                           *cdi_, *states_, *inventory));
@@ -69,6 +78,7 @@ absl::Status NodeDriver::StartAll() {
   driver::slices::SlicePublisherOptions publisher_options;
   publisher_options.node_name = node;
   publisher_options.driver_name = options_.driver_name;
+  publisher_options.metrics = slice_metrics_.get();
   publisher_ = std::make_unique<driver::slices::SlicePublisher>(client_, clock_, publisher_options);
   publisher_->Publish(*inventory);
   // The publisher logs what it wrote; a failure here only delays readiness.
@@ -83,6 +93,8 @@ absl::Status NodeDriver::StartAll() {
   plugin_options.driver_name = options_.driver_name;
   plugin_options.registry_dir = options_.registry_dir;
   plugin_options.plugins_dir = options_.plugins_dir;
+  plugin_options.metrics = prepare_metrics_.get();
+  plugin_options.tracer = options_.tracer;
   ASSIGN_OR_RETURN(plugin_, driver::plugin::PluginServer::Start(plugin_options, *preparer_));
   return absl::OkStatus();
 }
@@ -114,6 +126,13 @@ absl::Status NodeDriver::Ready() const {
                   : absl::StrCat("ResourceSlices not published: ", last.message()));
   }
   return absl::OkStatus();
+}
+
+nlohmann::json NodeDriver::DebugClaims() const {
+  if (preparer_ == nullptr) {
+    return {{"error", "starting"}};
+  }
+  return preparer_->DebugState();
 }
 
 const std::string& NodeDriver::registration_socket_path() const {

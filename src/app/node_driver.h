@@ -31,8 +31,11 @@
 #include "driver/prepare/claim_preparer.h"
 #include "driver/prepare/claim_state.h"
 #include "driver/slices/slice_publisher.h"
+#include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/k8s/client.h"
+#include "src/telemetry/exemplar.h"
+#include "src/telemetry/tracing/tracer.h"
 
 namespace dralens::app {
 
@@ -45,6 +48,11 @@ struct NodeDriverOptions {
   driver::discovery::DeviceSourceOptions device_source;
   // The running kernel's boot id file; tests point it elsewhere to simulate a reboot.
   std::string boot_id_path = driver::prepare::kDefaultBootIdPath;
+  // Telemetry sinks; not owned, must outlive the driver. A null registry records no metrics,
+  // a null tracer records no spans.
+  prometheus::Registry* registry = nullptr;
+  telemetry::ExemplarStore* exemplars = nullptr;
+  telemetry::Tracer* tracer = nullptr;
 };
 
 class NodeDriver {
@@ -66,6 +74,8 @@ class NodeDriver {
   const std::string& registration_socket_path() const;
   const std::string& dra_socket_path() const;
   size_t device_count() const { return devices_; }
+  // What /debug/claims shows: see ClaimPreparer::DebugState.
+  nlohmann::json DebugClaims() const;
 
  private:
   NodeDriver(NodeDriverOptions options, k8s::KubeClient& client, common::Clock& clock);
@@ -76,6 +86,8 @@ class NodeDriver {
   common::Clock& clock_;
   size_t devices_ = 0;
   driver::discovery::DeviceSourcePtr source_;
+  std::unique_ptr<driver::prepare::PrepareMetrics> prepare_metrics_;
+  std::unique_ptr<driver::slices::SliceMetrics> slice_metrics_;
   std::unique_ptr<driver::prepare::FileCheckpointStore> checkpoint_;
   std::unique_ptr<driver::prepare::FileCdiWriter> cdi_;
   std::unique_ptr<driver::prepare::ClaimStateMachine> states_;

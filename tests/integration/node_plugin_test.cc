@@ -14,8 +14,10 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -135,8 +137,10 @@ class NodePluginTest : public ::testing::Test {
 
   // Starts `dralens node`; `crash_at` arms the preparer's crash hook. Waits until the plugin
   // serves both sockets.
-  void StartNode(const std::string& crash_at = "") {
+  void StartNode(const std::string& crash_at = "",
+                 const std::map<std::string, std::string>& extra_env = {}) {
     std::map<std::string, std::string> env = {{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}};
+    env.insert(extra_env.begin(), extra_env.end());
     if (!crash_at.empty()) {
       env["DRALENS_TEST_CRASH_AT"] = crash_at;
     }
@@ -522,6 +526,94 @@ TEST_F(NodePluginTest, CrashAtEveryStepLeaksNothingAndNeverPreparesADeviceTwice)
   }
   EXPECT_EQ(crashes, rounds * 5);
   RecordProperty("crashes", crashes);
+}
+
+// The telemetry contract end to end: a prepare through the real socket shows up as an
+// OpenMetrics exemplar whose trace id is a PrepareClaim span the OTLP receiver got, and the
+// classic exposition passes promtool.
+TEST_F(NodePluginTest, ASlowBucketsExemplarLeadsToTheClaimsSpanAtTheCollector) {
+  std::mutex mu;
+  std::vector<json> exports;
+  httplib::Server receiver;
+  receiver.Post("/v1/traces", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard<std::mutex> l(mu);
+    exports.push_back(json::parse(req.body, nullptr, false));
+    res.set_content("{}", "application/json");
+  });
+  const int port = receiver.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serve([&] { receiver.listen_after_bind(); });
+
+  StartNode("", {{"OTEL_EXPORTER_OTLP_ENDPOINT", absl::StrCat("http://127.0.0.1:", port)},
+                 {"OTEL_BSP_SCHEDULE_DELAY", "50"},
+                 {"OTEL_SERVICE_NAME", "dralens-node-it"}});
+  Register();
+  const Claim c = AllocatedClaim("traced", "gpu-6");
+  dra_v1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(PrepareV1({c}, &prepared).ok());
+  ASSERT_EQ(prepared.claims().at(c.uid).error(), "");
+
+  httplib::Client metrics("127.0.0.1", metrics_port_);
+  auto om = metrics.Get("/metrics", {{"Accept", "application/openmetrics-text;version=1.0.0"}});
+  ASSERT_TRUE(om);
+  EXPECT_THAT(om->get_header_value("Content-Type"), HasSubstr("application/openmetrics-text"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      om->body, m,
+      std::regex(
+          R"re(dralens_node_claim_duration_seconds_bucket\{operation="prepare",result="ok",le="[^"]+"\} \d+ # \{trace_id="([0-9a-f]{32})"\})re")))
+      << om->body;
+  const std::string trace_id = m[1];
+
+  // The receiver gets the claim's span with that trace id, from the node's service.
+  bool found = false;
+  for (int i = 0; i < 500 && !found; ++i) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      for (const json& body : exports) {
+        for (const json& rs : body.value("resourceSpans", json::array())) {
+          for (const json& ss : rs.value("scopeSpans", json::array())) {
+            for (const json& span : ss.value("spans", json::array())) {
+              if (span.value("traceId", "") == trace_id &&
+                  span.value("name", "") == "PrepareClaim") {
+                found = true;
+                EXPECT_EQ(rs["resource"]["attributes"][0]["value"]["stringValue"],
+                          "dralens-node-it");
+              }
+            }
+          }
+        }
+      }
+    }
+    if (!found) {
+      usleep(20000);
+    }
+  }
+  EXPECT_TRUE(found) << "no PrepareClaim span with trace id " << trace_id;
+
+  // /debug/claims says what the node prepared, and the outcome with its trace id.
+  auto debug = metrics.Get("/debug/claims");
+  ASSERT_TRUE(debug);
+  json claims = json::parse(debug->body, nullptr, false);
+  ASSERT_FALSE(claims.is_discarded()) << debug->body;
+  ASSERT_EQ(claims["claims"].size(), 1u) << debug->body;
+  EXPECT_EQ(claims["claims"][0]["uid"], c.uid);
+  EXPECT_EQ(claims["claims"][0]["state"], "PrepareCompleted");
+  EXPECT_EQ(claims["claims"][0]["devices"][0]["device"], "gpu-6");
+  ASSERT_FALSE(claims["recent"].empty());
+  EXPECT_EQ(claims["recent"].back()["result"], "ok");
+  EXPECT_EQ(claims["recent"].back()["traceID"], trace_id);
+
+  auto text = metrics.Get("/metrics");
+  ASSERT_TRUE(text);
+  const std::string path = (root_ / "metrics.txt").string();
+  std::ofstream(path) << text->body;
+  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + path).c_str()), 0) << text->body;
+  EXPECT_THAT(text->body, HasSubstr("dralens_otlp_spans_total{outcome=\"exported\"}"));
+
+  StopNode();
+  receiver.stop();
+  serve.join();
 }
 
 }  // namespace

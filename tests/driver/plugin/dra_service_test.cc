@@ -4,6 +4,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "prometheus/registry.h"
+#include "src/common/clock.h"
+#include "src/telemetry/exemplar.h"
+#include "src/telemetry/tracing/in_memory_span_exporter.h"
+#include "src/telemetry/tracing/sampler.h"
+#include "src/telemetry/tracing/simple_span_processor.h"
+#include "src/telemetry/tracing/trace_context.h"
+#include "src/telemetry/tracing/tracer_impl.h"
 #include "tests/driver/plugin/fake_claim_handler.h"
 
 namespace dralens::driver::plugin {
@@ -84,6 +97,77 @@ TEST(UnprepareClaimsTest, EmptyInputDoesNotCallTheHandler) {
   EXPECT_THAT(PrepareClaims(handler, {}, "v1"), IsEmpty());
   EXPECT_THAT(handler.PrepareCalls(), IsEmpty());
   EXPECT_THAT(handler.UnprepareCalls(), IsEmpty());
+}
+
+// The service's own telemetry: a server span per non-empty call that names each claim's
+// trace, and the call counter by API version and result. The liveness probe records nothing.
+TEST(DraServiceTelemetryTest, OneSpanAndOneCountPerNonEmptyCall) {
+  prometheus::Registry registry;
+  telemetry::ExemplarStore exemplars;
+  prepare::PrepareMetrics metrics(registry, exemplars);
+  telemetry::TracingStats stats;
+  auto exporter = std::make_unique<telemetry::InMemorySpanExporter>();
+  auto spans = exporter->storage();
+  telemetry::SimpleSpanProcessor processor(std::move(exporter), stats);
+  telemetry::TracerImpl tracer(processor, telemetry::MakeAlwaysOnSampler(), common::RealClock());
+  FakeClaimHandler handler;
+  handler.SetError("b", "busy");
+  DraServiceV1 v1(handler, CallTelemetry{&metrics, &tracer});
+  DraServiceV1beta1 v1beta1(handler, CallTelemetry{&metrics, &tracer});
+
+  dra_v1::NodePrepareResourcesRequest empty;
+  dra_v1::NodePrepareResourcesResponse empty_response;
+  ASSERT_TRUE(v1.NodePrepareResources(nullptr, &empty, &empty_response).ok());
+  EXPECT_THAT(spans->spans(), IsEmpty());
+
+  dra_v1::NodePrepareResourcesRequest request;
+  for (const char* uid : {"a", "b"}) {
+    auto* c = request.add_claims();
+    c->set_namespace_("default");
+    c->set_name(uid);
+    c->set_uid(uid);
+  }
+  dra_v1::NodePrepareResourcesResponse response;
+  ASSERT_TRUE(v1.NodePrepareResources(nullptr, &request, &response).ok());
+  dra_v1beta1::NodeUnprepareResourcesRequest unprepare;
+  auto* c = unprepare.add_claims();
+  c->set_namespace_("default");
+  c->set_name("a");
+  c->set_uid("a");
+  dra_v1beta1::NodeUnprepareResourcesResponse unprepared;
+  ASSERT_TRUE(v1beta1.NodeUnprepareResources(nullptr, &unprepare, &unprepared).ok());
+
+  std::vector<telemetry::SpanData> all = spans->spans();
+  ASSERT_THAT(all, SizeIs(2));
+  EXPECT_EQ(all[0].name, "NodePrepareResources");
+  EXPECT_EQ(all[0].kind, telemetry::SpanKind::kServer);
+  EXPECT_EQ(all[0].status_code, telemetry::StatusCode::kError);  // claim b failed
+  ASSERT_THAT(all[0].events, SizeIs(2));
+  bool names_trace = false;
+  for (const telemetry::Attribute& a : all[0].events[0].attributes) {
+    names_trace = names_trace ||
+                  (a.key == "claim.trace_id" &&
+                   std::get<std::string>(a.value) == telemetry::TraceIdFromClaimUid("a").ToHex());
+  }
+  EXPECT_TRUE(names_trace);
+  EXPECT_EQ(all[1].name, "NodeUnprepareResources");
+  EXPECT_EQ(all[1].status_code, telemetry::StatusCode::kOk);
+
+  std::map<std::string, double> calls;
+  for (const prometheus::MetricFamily& f : registry.Collect()) {
+    if (f.name != "dralens_node_requests_total") {
+      continue;
+    }
+    for (const prometheus::ClientMetric& m : f.metric) {
+      std::string key;
+      for (const auto& l : m.label) {
+        key += l.name + "=" + l.value + ",";
+      }
+      calls[key] = m.counter.value;
+    }
+  }
+  EXPECT_THAT(calls, ElementsAre(Pair("api=v1,operation=prepare,result=error,", 1),
+                                 Pair("api=v1beta1,operation=unprepare,result=ok,", 1)));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/k8s/rest_client.h"
 #include "src/model/codec.h"
@@ -312,6 +313,57 @@ TEST_F(SlicePublisherTest, ApiErrorsAreReturnedThenConverge) {
   EXPECT_TRUE(p.Published());
   EXPECT_TRUE(p.LastError().ok());
   ExpectConsistentPool(1, 1);
+}
+
+TEST_F(SlicePublisherTest, MetricsFollowEveryPass) {
+  prometheus::Registry registry;
+  SliceMetrics metrics(registry);
+  SlicePublisherOptions options;
+  options.metrics = &metrics;
+  SlicePublisher& p = Publisher(options);
+  auto value = [&](const std::string& family, const prometheus::Labels& labels) -> double {
+    for (const prometheus::MetricFamily& f : registry.Collect()) {
+      if (f.name != family) {
+        continue;
+      }
+      for (const prometheus::ClientMetric& m : f.metric) {
+        prometheus::Labels have;
+        for (const auto& l : m.label) {
+          have[l.name] = l.value;
+        }
+        if (have == labels) {
+          return f.type == prometheus::MetricType::Counter     ? m.counter.value
+                 : f.type == prometheus::MetricType::Histogram ? m.histogram.sample_count
+                                                               : m.gauge.value;
+        }
+      }
+    }
+    return -1;
+  };
+  p.Publish(SimulatedInventory("dgx-h100"));
+  SyncOk(p);
+  EXPECT_EQ(value("dralens_slices_syncs_total", {{"result", "changed"}}), 1);
+  EXPECT_EQ(value("dralens_slices_pool_generation", {}), 1);
+  EXPECT_EQ(value("dralens_slices_published_devices", {}), 8);
+  EXPECT_EQ(value("dralens_slices_published", {}), 1);
+  SyncOk(p);
+  EXPECT_EQ(value("dralens_slices_syncs_total", {{"result", "unchanged"}}), 1);
+
+  server_->InjectFault({.kind = sim::FaultRule::Kind::kStatus,
+                        .verb = "list",
+                        .resource = "resourceslices",
+                        .times = 1,
+                        .code = 500});
+  EXPECT_FALSE(p.Sync().ok());
+  EXPECT_EQ(value("dralens_slices_syncs_total", {{"result", "error"}}), 1);
+  EXPECT_EQ(value("dralens_slices_pool_generation", {}), 1);  // the last good pass stands
+
+  p.Publish(SimulatedInventory("mixed"));
+  SyncOk(p);
+  EXPECT_EQ(value("dralens_slices_syncs_total", {{"result", "changed"}}), 2);
+  EXPECT_EQ(value("dralens_slices_pool_generation", {}), 2);
+  EXPECT_EQ(value("dralens_slices_published_devices", {}), 16);
+  EXPECT_EQ(value("dralens_slices_sync_duration_seconds", {}), 4);
 }
 
 TEST_F(SlicePublisherTest, MissingNodeIsAnError) {
