@@ -151,7 +151,7 @@ ClaimPreparer::ClaimPreparer(ClaimPreparerOptions options, k8s::KubeClient& clie
       devices_(std::make_shared<const std::map<std::string, OwnedDevice>>(IndexDevices(inventory))),
       inventory_(std::move(inventory)),
       checkpoint_(load_result_.checkpoint) {
-  RefreshMetrics();
+  RefreshInventoryMetrics();
 }
 
 void ClaimPreparer::SetInventory(const model::Inventory& inventory) {
@@ -161,10 +161,22 @@ void ClaimPreparer::SetInventory(const model::Inventory& inventory) {
     devices_ = std::move(index);
     inventory_ = inventory;
   }
-  RefreshMetrics();
+  RefreshInventoryMetrics();
 }
 
 void ClaimPreparer::RefreshMetrics() {
+  if (options_.metrics == nullptr) {
+    return;
+  }
+  PrepareMetrics::Usage usage;
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    usage = PrepareMetrics::UsageOf(checkpoint_);
+  }
+  options_.metrics->SetUsage(usage);
+}
+
+void ClaimPreparer::RefreshInventoryMetrics() {
   if (options_.metrics == nullptr) {
     return;
   }
@@ -173,12 +185,8 @@ void ClaimPreparer::RefreshMetrics() {
     absl::MutexLock lock(&inventory_mu_);
     inventory = inventory_;
   }
-  Checkpoint checkpoint;
-  {
-    absl::MutexLock lock(&checkpoint_mu_);
-    checkpoint = checkpoint_;
-  }
-  options_.metrics->Refresh(inventory, checkpoint);
+  options_.metrics->SetInventory(inventory);
+  RefreshMetrics();
 }
 
 Checkpoint ClaimPreparer::CheckpointForTest() const {

@@ -124,8 +124,10 @@ class ClaimPreparer : public ClaimHandler {
   // guarantee: a caller returns only once its own change is on disk. A mutation sees the ones
   // queued before it (the duplicate-device check relies on that).
   absl::Status UpdateCheckpoint(const std::function<absl::Status(Checkpoint&)>& mutate);
-  // Publishes device and claim gauges for the current checkpoint.
+  // Sets the device and claim gauges from the current checkpoint (cheap: cached series only).
   void RefreshMetrics();
+  // Rebuilds the per-device series for the current inventory, then RefreshMetrics().
+  void RefreshInventoryMetrics();
   std::optional<CheckpointClaim> LookUp(const std::string& uid) const;
 
   // Per-key mutexes that exist only while someone holds or waits for them.

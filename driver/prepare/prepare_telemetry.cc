@@ -127,10 +127,9 @@ PrepareMetrics::PrepareMetrics(prometheus::Registry& registry, telemetry::Exempl
   for (const char* result : {"ok", "error"}) {
     checkpoint_writes_.Add({{"result", result}});
   }
-  prepared_claims_.Add({});
-  for (const char* type : {"gpu", "mig"}) {
-    prepared_devices_.Add({{"type", type}});
-  }
+  prepared_claims_value_ = &prepared_claims_.Add({});
+  prepared_gpu_value_ = &prepared_devices_.Add({{"type", "gpu"}});
+  prepared_mig_value_ = &prepared_devices_.Add({{"type", "mig"}});
 }
 
 void PrepareMetrics::RecordClaim(Operation operation, FailureReason reason, absl::Duration duration,
@@ -165,26 +164,38 @@ void PrepareMetrics::RecordCall(Operation operation, absl::string_view api, bool
       .Increment();
 }
 
-void PrepareMetrics::Refresh(const model::Inventory& inventory, const Checkpoint& checkpoint) {
-  // Consumers per device, from the claims that finished preparing.
-  std::map<std::string, int> consumers;
-  size_t claims = 0;
-  std::map<std::string, int> by_type;
+PrepareMetrics::Usage PrepareMetrics::UsageOf(const Checkpoint& checkpoint) {
+  Usage usage;
   for (const auto& [uid, claim] : checkpoint.claims) {
     if (claim.state != ClaimState::kPrepareCompleted) {
       continue;
     }
-    ++claims;
+    ++usage.claims;
     for (const CheckpointDevice& d : claim.devices) {
-      ++consumers[d.device];
-      ++by_type[d.type];
+      ++usage.consumers[d.device];
+      (d.type == "mig" ? usage.mig_devices : usage.gpu_devices) += 1;
     }
   }
+  return usage;
+}
 
+void PrepareMetrics::SetInventory(const model::Inventory& inventory) {
+  ApplyInventory(inventory);
+  Usage usage;
+  {
+    absl::MutexLock lock(&mu_);
+    usage = usage_;
+  }
+  SetUsage(usage);
+}
+
+void PrepareMetrics::ApplyInventory(const model::Inventory& inventory) {
   // What the inventory says each device is, in the names the slices publish.
   struct Device {
     prometheus::Labels info;
     double memory = 0;
+    std::string mig_key;
+    prometheus::Labels mig_labels;  // parent, profile
   };
   std::map<std::string, Device> devices;
   for (const model::GpuInfo& gpu : inventory.gpus()) {
@@ -197,22 +208,37 @@ void PrepareMetrics::Refresh(const model::Inventory& inventory, const Checkpoint
                       {"profile", ""},
                       {"numa_node", gpu.numa_node ? absl::StrCat(*gpu.numa_node) : ""},
                       {"pci_bus_id", gpu.pci_bus_id}},
-                     static_cast<double>(gpu.memory_bytes)};
+                     static_cast<double>(gpu.memory_bytes),
+                     "",
+                     {}};
   }
   for (const model::MigDevice& mig : inventory.mig_devices()) {
     const std::string name = slices::MigDeviceName(mig);
     const model::GpuInfo* parent = inventory.FindGpuByUuid(mig.parent_uuid);
+    const std::string parent_name = parent != nullptr ? slices::GpuDeviceName(*parent) : "";
     devices[name] = {
         {{"device", name},
          {"uuid", mig.uuid},
          {"product", parent != nullptr ? parent->product_name : ""},
          {"type", "mig"},
-         {"parent", parent != nullptr ? slices::GpuDeviceName(*parent) : ""},
+         {"parent", parent_name},
          {"profile", mig.ProfileName()},
          {"numa_node",
           parent != nullptr && parent->numa_node ? absl::StrCat(*parent->numa_node) : ""},
          {"pci_bus_id", parent != nullptr ? parent->pci_bus_id : ""}},
-        static_cast<double>(mig.profile.memory_bytes())};
+        static_cast<double>(mig.profile.memory_bytes()),
+        absl::StrCat(parent_name, "/", mig.ProfileName()),
+        {{"parent", parent_name}, {"profile", mig.ProfileName()}}};
+  }
+  std::map<prometheus::Labels, uint32_t> placeable;
+  for (const model::GpuInfo& gpu : inventory.gpus()) {
+    if (!gpu.mig_enabled()) {
+      continue;
+    }
+    const std::string parent = slices::GpuDeviceName(gpu);
+    for (const model::MigPlaceable& p : inventory.PlaceableCountsOf(gpu.uuid)) {
+      placeable[{{"parent", parent}, {"profile", p.profile}}] = p.count;
+    }
   }
 
   absl::MutexLock lock(&mu_);
@@ -231,54 +257,40 @@ void PrepareMetrics::Refresh(const model::Inventory& inventory, const Checkpoint
     device_consumers_.Remove(&device_consumers_.Add({{"device", it->first}}));
     it = devices_.erase(it);
   }
+  std::map<std::string, prometheus::Labels> groups;
   for (const auto& [name, device] : devices) {
-    devices_[name].info = device.info;
+    DeviceSeries& series = devices_[name];
+    series.info = device.info;
+    series.mig = !device.mig_key.empty();
+    series.mig_key = device.mig_key;
     device_info_.Add(device.info).Set(1);
     device_memory_.Add({{"device", name}}).Set(device.memory);
-    const int users = consumers.count(name) ? consumers[name] : 0;
-    const std::string state = users > 0 ? "prepared" : "free";
-    for (const char* s : kStates) {
-      device_state_.Add({{"device", name}, {"state", s}}).Set(s == state ? 1 : 0);
-    }
-    device_consumers_.Add({{"device", name}}).Set(users);
-  }
-  // MIG layout: devices per parent and profile by state, and what still fits.
-  std::map<prometheus::Labels, int> mig_counts;
-  std::map<prometheus::Labels, uint32_t> placeable;
-  for (const model::GpuInfo& gpu : inventory.gpus()) {
-    if (!gpu.mig_enabled()) {
-      continue;
-    }
-    const std::string parent = slices::GpuDeviceName(gpu);
-    for (const model::MigPlaceable& p : inventory.PlaceableCountsOf(gpu.uuid)) {
-      placeable[{{"parent", parent}, {"profile", p.profile}}] = p.count;
+    series.state_free = &device_state_.Add({{"device", name}, {"state", "free"}});
+    series.state_prepared = &device_state_.Add({{"device", name}, {"state", "prepared"}});
+    series.state_unhealthy = &device_state_.Add({{"device", name}, {"state", "unhealthy"}});
+    series.consumers = &device_consumers_.Add({{"device", name}});
+    if (series.mig) {
+      groups[device.mig_key] = device.mig_labels;
     }
   }
-  for (const model::MigDevice& mig : inventory.mig_devices()) {
-    const model::GpuInfo* parent = inventory.FindGpuByUuid(mig.parent_uuid);
-    if (parent == nullptr) {
-      continue;
-    }
-    const std::string name = slices::MigDeviceName(mig);
-    const bool prepared = consumers.count(name) > 0;
-    for (const char* state : {"free", "prepared"}) {
-      int& n = mig_counts[{{"parent", slices::GpuDeviceName(*parent)},
-                           {"profile", mig.ProfileName()},
-                           {"state", state}}];
-      n += (prepared == (std::string(state) == "prepared")) ? 1 : 0;
-    }
-  }
-  for (auto it = mig_device_series_.begin(); it != mig_device_series_.end();) {
-    if (mig_counts.count(*it) == 0) {
-      mig_devices_.Remove(&mig_devices_.Add(*it));
-      it = mig_device_series_.erase(it);
-    } else {
+  // MIG groups (parent, profile) that went away lose their series.
+  for (auto it = mig_groups_.begin(); it != mig_groups_.end();) {
+    if (groups.count(it->first) > 0) {
       ++it;
+      continue;
     }
+    mig_devices_.Remove(it->second.free);
+    mig_devices_.Remove(it->second.prepared);
+    it = mig_groups_.erase(it);
   }
-  for (const auto& [labels, n] : mig_counts) {
-    mig_devices_.Add(labels).Set(n);
-    mig_device_series_.insert(labels);
+  for (const auto& [key, labels] : groups) {
+    MigGroup& group = mig_groups_[key];
+    prometheus::Labels free = labels;
+    free["state"] = "free";
+    prometheus::Labels prepared = labels;
+    prepared["state"] = "prepared";
+    group.free = &mig_devices_.Add(free);
+    group.prepared = &mig_devices_.Add(prepared);
   }
   for (auto it = mig_placeable_series_.begin(); it != mig_placeable_series_.end();) {
     if (placeable.count(*it) == 0) {
@@ -292,11 +304,32 @@ void PrepareMetrics::Refresh(const model::Inventory& inventory, const Checkpoint
     mig_placeable_.Add(labels).Set(n);
     mig_placeable_series_.insert(labels);
   }
+}
 
-  prepared_claims_.Add({}).Set(static_cast<double>(claims));
-  for (const char* type : {"gpu", "mig"}) {
-    prepared_devices_.Add({{"type", type}}).Set(by_type.count(type) ? by_type[type] : 0);
+void PrepareMetrics::SetUsage(const Usage& usage) {
+  absl::MutexLock lock(&mu_);
+  usage_ = usage;
+  std::map<std::string, std::pair<int, int>> groups;  // mig_key -> free, prepared
+  for (const auto& [name, series] : devices_) {
+    auto it = usage.consumers.find(name);
+    const int users = it == usage.consumers.end() ? 0 : it->second;
+    series.state_free->Set(users == 0 ? 1 : 0);
+    series.state_prepared->Set(users > 0 ? 1 : 0);
+    series.state_unhealthy->Set(0);
+    series.consumers->Set(users);
+    if (series.mig) {
+      auto& [free, prepared] = groups[series.mig_key];
+      (users > 0 ? prepared : free) += 1;
+    }
   }
+  for (auto& [key, group] : mig_groups_) {
+    const auto& counts = groups[key];
+    group.free->Set(counts.first);
+    group.prepared->Set(counts.second);
+  }
+  prepared_claims_value_->Set(static_cast<double>(usage.claims));
+  prepared_gpu_value_->Set(static_cast<double>(usage.gpu_devices));
+  prepared_mig_value_->Set(static_cast<double>(usage.mig_devices));
 }
 
 // --- DecisionLog -----------------------------------------------------------------------------

@@ -83,11 +83,33 @@ class PrepareMetrics {
   // One kubelet call; `api` is "v1" or "v1beta1".
   void RecordCall(Operation operation, absl::string_view api, bool all_ok);
 
-  // Sets the per-device and prepared-claim series from the inventory and the checkpoint.
-  // Devices that left the inventory lose their series. Thread-safe.
-  void Refresh(const model::Inventory& inventory, const Checkpoint& checkpoint);
+  // What the prepared claims hold: claims per device, and totals.
+  struct Usage {
+    std::map<std::string, int> consumers;  // device name -> prepared claims using it
+    size_t claims = 0;
+    size_t gpu_devices = 0;
+    size_t mig_devices = 0;
+  };
+  // Pure: the usage recorded in `checkpoint` (PrepareCompleted claims only).
+  static Usage UsageOf(const Checkpoint& checkpoint);
+
+  // The slow path, when the inventory changes: (re)creates the identity series of every device
+  // and the MIG layout series, removes those of devices that went away, then applies the last
+  // usage. Thread-safe.
+  void SetInventory(const model::Inventory& inventory);
+  // The fast path, after every claim operation: only sets the values of cached series (device
+  // state and consumers, MIG devices by state, prepared totals). Thread-safe.
+  void SetUsage(const Usage& usage);
+  // Both, for callers that have an inventory and a checkpoint at hand.
+  void Refresh(const model::Inventory& inventory, const Checkpoint& checkpoint) {
+    SetInventory(inventory);
+    SetUsage(UsageOf(checkpoint));
+  }
 
  private:
+  // The series part of SetInventory.
+  void ApplyInventory(const model::Inventory& inventory) ABSL_LOCKS_EXCLUDED(mu_);
+
   prometheus::Family<prometheus::Counter>& claims_total_;
   prometheus::Family<prometheus::Counter>& requests_total_;
   prometheus::Family<prometheus::Counter>& checkpoint_writes_;
@@ -104,16 +126,29 @@ class PrepareMetrics {
   // operation × result
   std::map<std::pair<Operation, bool>, telemetry::ExemplarHistogram> claim_duration_;
 
-  // The identity series of each device, to remove them when the device goes away.
+  // The series of each device, cached so that usage updates touch no family maps.
   struct DeviceSeries {
     prometheus::Labels info;
-    std::vector<prometheus::Gauge*> gauges;  // memory, one per state, consumers
+    bool mig = false;
+    std::string mig_key;  // "<parent>/<profile>" for MIG devices
+    prometheus::Gauge* state_free = nullptr;
+    prometheus::Gauge* state_prepared = nullptr;
+    prometheus::Gauge* state_unhealthy = nullptr;
+    prometheus::Gauge* consumers = nullptr;
+  };
+  struct MigGroup {
+    prometheus::Gauge* free = nullptr;
+    prometheus::Gauge* prepared = nullptr;
   };
   absl::Mutex mu_;
   std::map<std::string, DeviceSeries> devices_ ABSL_GUARDED_BY(mu_);
-  // The MIG series set by the last Refresh, to zero-out-and-remove those that went away.
-  std::set<prometheus::Labels> mig_device_series_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, MigGroup> mig_groups_ ABSL_GUARDED_BY(mu_);  // by mig_key
+  std::map<prometheus::Labels, prometheus::Labels> mig_group_labels_ ABSL_GUARDED_BY(mu_);
   std::set<prometheus::Labels> mig_placeable_series_ ABSL_GUARDED_BY(mu_);
+  Usage usage_ ABSL_GUARDED_BY(mu_);
+  prometheus::Gauge* prepared_claims_value_;
+  prometheus::Gauge* prepared_gpu_value_;
+  prometheus::Gauge* prepared_mig_value_;
 };
 
 // The last outcomes of claim operations, newest last, for /debug/claims: what this node did
