@@ -102,7 +102,9 @@ absl::Status MetricsServer::Start(const std::string& address) {
   });
   for (const auto& [path, render] : json_endpoints_) {
     server_->Get(path, [render = render](const httplib::Request&, httplib::Response& res) {
-      res.set_content(render().dump(2) + "\n", "application/json");
+      // Claim names and API error texts end up here: never let a stray byte fail the page.
+      res.set_content(render().dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                      "application/json");
     });
   }
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
