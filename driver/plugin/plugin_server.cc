@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "driver/health/health_service.h"
 #include "driver/plugin/dra_service.h"
 #include "driver/plugin/registration_server.h"
 #include "src/common/log.h"
@@ -131,7 +132,7 @@ PluginServer::PluginServer(const PluginServerOptions& options, ClaimHandler& han
       registration_(std::make_unique<RegistrationServer>(RegistrationInfo{
           .driver_name = options.driver_name,
           .endpoint = dra_socket_path_,
-          .supported_versions = SupportedVersions(/*with_health=*/false),
+          .supported_versions = SupportedVersions(/*with_health=*/options.health != nullptr),
       })) {}
 
 PluginServer::~PluginServer() { Stop(); }
@@ -164,7 +165,12 @@ absl::Status PluginServer::StartServers() {
 
   absl::MutexLock lock(&mu_);
   // The DRA service is up before the kubelet can learn about it.
-  ASSIGN_OR_RETURN(dra_server_, Serve(dra_socket_path_, {dra_v1_.get(), dra_v1beta1_.get()}));
+  std::vector<grpc::Service*> dra_services = {dra_v1_.get(), dra_v1beta1_.get()};
+  if (options_.health != nullptr) {
+    dra_services.push_back(options_.health->v1alpha1());
+    dra_services.push_back(options_.health->v1());
+  }
+  ASSIGN_OR_RETURN(dra_server_, Serve(dra_socket_path_, dra_services));
   ASSIGN_OR_RETURN(registration_server_, Serve(registration_socket_path_, {registration_.get()}));
   DLOG(kInfo, "plugin", "kubelet plugin serving",
        {{"driver", options_.driver_name},
@@ -183,6 +189,11 @@ void PluginServer::Stop() {
     registration_server_.reset();
   }
   if (dra_server_ != nullptr) {
+    // Health streams never end on their own; without this each would hold the server's
+    // shutdown for the whole grace period.
+    if (options_.health != nullptr) {
+      options_.health->Shutdown();
+    }
     StopServer(*dra_server_, options_.shutdown_grace);
     dra_server_.reset();
     RemoveSocket(dra_socket_path_);

@@ -23,6 +23,10 @@ namespace grpc {
 class Server;
 }  // namespace grpc
 
+namespace dralens::driver::health {
+class HealthServices;
+}  // namespace dralens::driver::health
+
 namespace dralens::driver::plugin {
 
 class DraServiceV1;
@@ -38,6 +42,9 @@ struct PluginServerOptions {
   // Per-call metrics and spans (dra_service.h); both may be null.
   prepare::PrepareMetrics* metrics = nullptr;
   telemetry::Tracer* tracer = nullptr;
+  // DRAResourceHealth v1alpha1 and v1 on dra.sock, advertised in supported_versions; null
+  // serves neither. Not owned; must outlive the server.
+  health::HealthServices* health = nullptr;
 };
 
 // <registry_dir>/<driver>-reg.sock and <plugins_dir>/<driver>/dra.sock, made absolute (the

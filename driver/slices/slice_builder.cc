@@ -300,13 +300,20 @@ absl::StatusOr<std::vector<model::ResourceSlice>> SliceBuilder::Build(
   std::vector<Body> bodies;
   // Devices without counters, chunked at the end so they pack densely.
   std::vector<SliceDevice> plain;
+  auto with_taints = [this](SliceDevice& device) {
+    auto it = options_.taints.find(device.name);
+    if (it != options_.taints.end()) {
+      device.taints = it->second;
+    }
+  };
 
   for (const GpuInfo& gpu : inventory.gpus()) {
     if (options_.dynamic_mig && IsPartitionable(gpu)) {
       model::CounterSet counters = GpuCounterSet(gpu);
       ASSIGN_OR_RETURN(std::vector<SliceDevice> devices,
                        PartitionableDevices(gpu, counters, inventory));
-      for (const SliceDevice& device : devices) {
+      for (SliceDevice& device : devices) {
+        with_taints(device);
         RETURN_IF_ERROR(CheckDeviceLimits(device));
       }
       if (options_.api_minor < 35) {
@@ -329,6 +336,7 @@ absl::StatusOr<std::vector<model::ResourceSlice>> SliceBuilder::Build(
     }
     if (!gpu.mig_enabled()) {
       ASSIGN_OR_RETURN(SliceDevice device, FullGpuDevice(gpu, inventory));
+      with_taints(device);
       RETURN_IF_ERROR(CheckDeviceLimits(device));
       plain.push_back(std::move(device));
       continue;
@@ -336,6 +344,7 @@ absl::StatusOr<std::vector<model::ResourceSlice>> SliceBuilder::Build(
     // Static MIG: only the MIG devices, never the parent as well.
     for (const MigDevice* mig : inventory.MigDevicesOf(gpu.uuid)) {
       ASSIGN_OR_RETURN(SliceDevice device, StaticMigDevice(*mig, gpu, inventory));
+      with_taints(device);
       RETURN_IF_ERROR(CheckDeviceLimits(device));
       plain.push_back(std::move(device));
     }

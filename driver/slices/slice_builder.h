@@ -49,6 +49,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,9 @@ struct SliceBuilderOptions {
   int api_minor = 34;
   // Written into spec.pool.generation of every slice.
   int64_t pool_generation = 1;
+  // Device taints by device name (device health); a device with taints goes into a slice of
+  // at most 64 devices, as the API requires.
+  std::map<std::string, std::vector<model::DeviceTaint>> taints = {};
 };
 
 class SliceBuilder {

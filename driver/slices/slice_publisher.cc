@@ -58,6 +58,16 @@ void SlicePublisher::Publish(model::Inventory inventory) {
   want_sync_ = true;
 }
 
+void SlicePublisher::SetTaints(std::map<std::string, std::vector<model::DeviceTaint>> taints) {
+  absl::MutexLock lock(&mu_);
+  if (taints == taints_) {
+    return;
+  }
+  taints_ = std::move(taints);
+  ++inventory_seq_;
+  want_sync_ = true;
+}
+
 void SlicePublisher::Resync() {
   absl::MutexLock lock(&mu_);
   want_sync_ = true;
@@ -112,10 +122,12 @@ absl::StatusOr<SyncResult> SlicePublisher::Sync() {
   absl::MutexLock sync_lock(&sync_mu_);
   const absl::Time started = clock_.Now();
   std::optional<model::Inventory> inventory;
+  std::map<std::string, std::vector<model::DeviceTaint>> taints;
   uint64_t seq = 0;
   {
     absl::MutexLock lock(&mu_);
     inventory = inventory_;
+    taints = taints_;
     seq = inventory_seq_;
     ++sync_count_;
   }
@@ -128,7 +140,7 @@ absl::StatusOr<SyncResult> SlicePublisher::Sync() {
     result = uid;
   } else {
     for (int pass = 1;; ++pass) {
-      result = SyncPass(*inventory);
+      result = SyncPass(*inventory, taints);
       if (result.ok() || pass >= options_.max_conflict_passes || !RestartsPass(result.status())) {
         break;
       }
@@ -167,7 +179,9 @@ absl::StatusOr<SyncResult> SlicePublisher::Sync() {
   return result;
 }
 
-absl::StatusOr<SyncResult> SlicePublisher::SyncPass(const model::Inventory& inventory) {
+absl::StatusOr<SyncResult> SlicePublisher::SyncPass(
+    const model::Inventory& inventory,
+    const std::map<std::string, std::vector<model::DeviceTaint>>& taints) {
   k8s::ListOptions list_options;
   list_options.field_selector =
       absl::StrCat("spec.nodeName=", options_.node_name, ",spec.driver=", options_.driver_name);
@@ -205,7 +219,7 @@ absl::StatusOr<SyncResult> SlicePublisher::SyncPass(const model::Inventory& inve
             [](const Existing& a, const Existing& b) { return a.name < b.name; });
 
   SliceBuilder builder({options_.node_name, node_uid_, options_.driver_name},
-                       {options_.dynamic_mig, options_.api_minor, max_seen});
+                       {options_.dynamic_mig, options_.api_minor, max_seen, taints});
   ASSIGN_OR_RETURN(std::vector<model::ResourceSlice> desired,
                    common::Annotate(builder.Build(inventory), "build slices"));
 

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,6 +107,9 @@ class SlicePublisher {
 
   // Sets the inventory to publish and wakes the loop. Does not contact the server.
   void Publish(model::Inventory inventory);
+  // Sets the device taints to publish (by device name; device health) and wakes the loop.
+  // Unchanged taints give identical slices, so nothing is written.
+  void SetTaints(std::map<std::string, std::vector<model::DeviceTaint>> taints);
   // Asks the loop for a pass even if the inventory did not change (e.g. after the kubelet
   // re-registered the plugin and may have wiped the slices).
   void Resync();
@@ -129,7 +133,9 @@ class SlicePublisher {
   int64_t SyncCountForTest() const;
 
  private:
-  absl::StatusOr<SyncResult> SyncPass(const model::Inventory& inventory);
+  absl::StatusOr<SyncResult> SyncPass(
+      const model::Inventory& inventory,
+      const std::map<std::string, std::vector<model::DeviceTaint>>& taints);
   absl::Status EnsureNodeUid();
   void Loop();
 
@@ -144,7 +150,8 @@ class SlicePublisher {
 
   mutable absl::Mutex mu_;
   std::optional<model::Inventory> inventory_ ABSL_GUARDED_BY(mu_);
-  uint64_t inventory_seq_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Publish()
+  std::map<std::string, std::vector<model::DeviceTaint>> taints_ ABSL_GUARDED_BY(mu_);
+  uint64_t inventory_seq_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Publish() and SetTaints()
   uint64_t published_seq_ ABSL_GUARDED_BY(mu_) = 0;  // seq of the last successful pass
   bool want_sync_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -145,6 +145,8 @@ int RunDemo(const FlagValues& flags) {
            options.cdi_root = NodeDir(flags, "cdi-root", scratch, "cdi", n.name);
            options.device_source.kind = "simulated";
            options.device_source.simulated_profile = DemoProfile(i);
+           // The embedded API server accepts taints; show health in the slices.
+           options.device_taints = true;
            RETURN_IF_ERROR(StartTracing(n.telemetry, "dralens-node", {{"k8s.node.name", n.name}}));
            options.registry = n.telemetry.registry.get();
            options.exemplars = n.telemetry.exemplars.get();

@@ -97,6 +97,7 @@ int RunNode(const FlagValues& flags) {
          options.cdi_root = flags.Get("cdi-root");
          options.device_source.kind = flags.Get("device-source");
          options.device_source.simulated_profile = flags.Get("simulated-profile");
+         options.device_taints = flags.GetBool("device-taints");
          options.registry = state.registry.get();
          options.exemplars = state.telemetry.exemplars.get();
          options.tracer = &state.telemetry.tracer();

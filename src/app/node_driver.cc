@@ -51,6 +51,13 @@ absl::Status NodeDriver::StartAll() {
     slice_metrics_ = std::make_unique<driver::slices::SliceMetrics>(*options_.registry);
   }
 
+  driver::health::HealthMonitorOptions health_options;
+  health_options.pool_name = node;
+  health_ = std::make_unique<driver::health::HealthMonitor>(health_options, clock_);
+  health_->SetInventory(*inventory);
+  health_->Start(*source_);
+  health_services_ = std::make_unique<driver::health::HealthServices>(*health_, clock_);
+
   absl::StatusOr<std::string> boot_id = driver::prepare::ReadBootId(options_.boot_id_path);
   RETURN_IF_ERROR_CTX(boot_id.status(), "read the node boot id");
   checkpoint_ = std::make_unique<driver::prepare::FileCheckpointStore>(
@@ -81,6 +88,10 @@ absl::Status NodeDriver::StartAll() {
   publisher_options.metrics = slice_metrics_.get();
   publisher_ = std::make_unique<driver::slices::SlicePublisher>(client_, clock_, publisher_options);
   publisher_->Publish(*inventory);
+  if (options_.device_taints) {
+    publisher_->SetTaints(health_->Taints());
+    health_->OnChange([this] { publisher_->SetTaints(health_->Taints()); });
+  }
   // The publisher logs what it wrote; a failure here only delays readiness.
   absl::StatusOr<driver::slices::SyncResult> synced = publisher_->Sync();
   if (!synced.ok()) {
@@ -95,16 +106,23 @@ absl::Status NodeDriver::StartAll() {
   plugin_options.plugins_dir = options_.plugins_dir;
   plugin_options.metrics = prepare_metrics_.get();
   plugin_options.tracer = options_.tracer;
+  plugin_options.health = health_services_.get();
   ASSIGN_OR_RETURN(plugin_, driver::plugin::PluginServer::Start(plugin_options, *preparer_));
   return absl::OkStatus();
 }
 
 void NodeDriver::Stop() {
+  if (health_services_) {
+    health_services_->Shutdown();  // ends open health streams so the plugin stops promptly
+  }
   if (plugin_) {
     plugin_->Stop();
   }
   if (publisher_) {
     publisher_->Stop();
+  }
+  if (health_) {
+    health_->Stop();
   }
 }
 

@@ -25,6 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "driver/discovery/device_source.h"
+#include "driver/health/health_service.h"
+#include "driver/health/monitor.h"
 #include "driver/plugin/plugin_server.h"
 #include "driver/prepare/cdi.h"
 #include "driver/prepare/checkpoint.h"
@@ -48,6 +50,9 @@ struct NodeDriverOptions {
   driver::discovery::DeviceSourceOptions device_source;
   // The running kernel's boot id file; tests point it elsewhere to simulate a reboot.
   std::string boot_id_path = driver::prepare::kDefaultBootIdPath;
+  // Publish device health as ResourceSlice taints (needs the DRADeviceTaints feature gate on
+  // the API server, beta from 1.36). The DRAResourceHealth stream is served either way.
+  bool device_taints = false;
   // Telemetry sinks; not owned, must outlive the driver. A null registry records no metrics,
   // a null tracer records no spans.
   prometheus::Registry* registry = nullptr;
@@ -74,6 +79,8 @@ class NodeDriver {
   const std::string& registration_socket_path() const;
   const std::string& dra_socket_path() const;
   size_t device_count() const { return devices_; }
+  // Device health, fed by the device source's events; tests may Apply() events directly.
+  driver::health::HealthMonitor& health() { return *health_; }
   // What /debug/claims shows: see ClaimPreparer::DebugState.
   nlohmann::json DebugClaims() const;
 
@@ -86,6 +93,10 @@ class NodeDriver {
   common::Clock& clock_;
   size_t devices_ = 0;
   driver::discovery::DeviceSourcePtr source_;
+  // Declared after the source and before the plugin: destroyed plugin first, then the health
+  // services, then the monitor, then the source it watches.
+  std::unique_ptr<driver::health::HealthMonitor> health_;
+  std::unique_ptr<driver::health::HealthServices> health_services_;
   std::unique_ptr<driver::prepare::PrepareMetrics> prepare_metrics_;
   std::unique_ptr<driver::slices::SliceMetrics> slice_metrics_;
   std::unique_ptr<driver::prepare::FileCheckpointStore> checkpoint_;

@@ -185,8 +185,10 @@ class NodePluginTest : public ::testing::Test {
     EXPECT_EQ(info.type(), "DRAPlugin");
     EXPECT_EQ(info.name(), kDriver);
     EXPECT_EQ(info.endpoint(), DraSock());
-    EXPECT_THAT(info.supported_versions(), ::testing::ElementsAreArray(std::vector<std::string>{
-                                               "v1.DRAPlugin", "v1beta1.DRAPlugin"}));
+    EXPECT_THAT(info.supported_versions(),
+                ::testing::ElementsAreArray(std::vector<std::string>{
+                    "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth",
+                    "v1.DRAResourceHealth"}));
     ::pluginregistration::RegistrationStatus status;
     status.set_plugin_registered(true);
     ::pluginregistration::RegistrationStatusResponse response;

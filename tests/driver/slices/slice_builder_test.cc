@@ -388,5 +388,38 @@ TEST(SliceBuilderTest, PartialComputeInstancesGetDistinctNames) {
   EXPECT_THAT(MigDeviceName(device), ::testing::EndsWith("-14-4-ci1"));
 }
 
+TEST(SliceBuilderTest, TaintsGoOnTheNamedDevicesAndKeepTheirSlicesSmall) {
+  model::DeviceTaint xid{.key = "gpu.dralens.dev/xid",
+                         .value = "48",
+                         .effect = "NoSchedule",
+                         .time_added = absl::FromUnixSeconds(1700000000)};
+  SliceBuilderOptions options;
+  options.taints = {{"gpu-2", {xid}}, {"gpu-no-such-device", {xid}}};
+  const auto slices = BuildOk(SimulatedInventory("dgx-h100"), options);
+  ASSERT_EQ(slices.size(), 1u);
+  for (const model::SliceDevice& d : slices[0].spec.devices) {
+    if (d.name == "gpu-2") {
+      ASSERT_EQ(d.taints.size(), 1u);
+      EXPECT_EQ(d.taints[0], xid);
+    } else {
+      EXPECT_TRUE(d.taints.empty()) << d.name;
+    }
+  }
+  // With a tainted device among them, 100 GPUs no longer fit one slice of 128: the slice
+  // holding the tainted device stays within 64.
+  options.taints = {{"gpu-0", {xid}}};
+  const auto big = BuildOk(BigInventory(100), options);
+  ASSERT_GE(big.size(), 2u);
+  for (const model::ResourceSlice& slice : big) {
+    bool tainted = false;
+    for (const model::SliceDevice& d : slice.spec.devices) {
+      tainted = tainted || !d.taints.empty();
+    }
+    if (tainted) {
+      EXPECT_LE(slice.spec.devices.size(), kMaxDevicesPerSliceWithCounters);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dralens::driver::slices

@@ -366,6 +366,36 @@ TEST_F(SlicePublisherTest, MetricsFollowEveryPass) {
   EXPECT_EQ(value("dralens_slices_sync_duration_seconds", {}), 4);
 }
 
+TEST_F(SlicePublisherTest, TaintsAreRepublishedOnChangeOnly) {
+  SlicePublisher& p = Publisher();
+  p.Publish(SimulatedInventory("dgx-h100"));
+  SyncOk(p);
+  model::DeviceTaint lost{.key = "gpu.dralens.dev/gpu-lost",
+                          .value = "",
+                          .effect = "NoSchedule",
+                          .time_added = absl::FromUnixSeconds(1700000000)};
+  p.SetTaints({{"gpu-5", {lost}}});
+  EXPECT_FALSE(p.Published());
+  SyncResult tainted = SyncOk(p);
+  EXPECT_TRUE(tainted.changed());
+  EXPECT_EQ(tainted.generation, 2);
+  const std::vector<model::ResourceSlice> slices = Slices();
+  const model::SliceDevice* gpu5 = FindDevice(slices, "gpu-5");
+  ASSERT_NE(gpu5, nullptr);
+  ASSERT_EQ(gpu5->taints.size(), 1u);
+  EXPECT_EQ(gpu5->taints[0].key, "gpu.dralens.dev/gpu-lost");
+
+  p.SetTaints({{"gpu-5", {lost}}});  // the same again: nothing to write
+  EXPECT_FALSE(SyncOk(p).changed());
+  p.SetTaints({});
+  SyncResult cleared = SyncOk(p);
+  EXPECT_TRUE(cleared.changed());
+  EXPECT_EQ(cleared.generation, 3);
+  const std::vector<model::ResourceSlice> after = Slices();
+  ASSERT_NE(FindDevice(after, "gpu-5"), nullptr);
+  EXPECT_TRUE(FindDevice(after, "gpu-5")->taints.empty());
+}
+
 TEST_F(SlicePublisherTest, MissingNodeIsAnError) {
   SlicePublisher p(*client_, clock_, {.node_name = "no-such-node"});
   p.Publish(SimulatedInventory("dgx-h100"));

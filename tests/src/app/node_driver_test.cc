@@ -1,0 +1,185 @@
+// NodeDriver end to end in one process: an Xid on a GPU shows as a taint in the published
+// ResourceSlice and as UNHEALTHY on the DRAResourceHealth stream the kubelet reads, and the
+// registration advertises the health services.
+#include "src/app/node_driver.h"
+
+#include <grpcpp/grpcpp.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "driver/proto/dra-health/v1alpha1/api.grpc.pb.h"
+#include "driver/proto/pluginregistration/v1/api.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/common/clock.h"
+#include "src/k8s/rest_client.h"
+#include "src/sim/api_server.h"
+
+namespace dralens::app {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::Contains;
+
+constexpr char kNode[] = "node-h";
+
+class NodeDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "dralens-nd-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+    ASSERT_TRUE(api_.Start().ok());
+    k8s::RestConfig config;
+    config.server = api_.url();
+    auto client = k8s::RestClient::FromConfig(config);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    ASSERT_TRUE(
+        client_
+            ->Create(k8s::kNodes, "",
+                     {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}})
+            .ok());
+  }
+
+  void TearDown() override {
+    driver_.reset();
+    api_.Stop();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  void Start(bool taints) {
+    NodeDriverOptions options;
+    options.node_name = kNode;
+    options.registry_dir = (root_ / "registry").string();
+    options.plugins_dir = (root_ / "plugins").string();
+    options.cdi_root = (root_ / "cdi").string();
+    options.device_source.kind = "simulated";
+    options.device_source.simulated_profile = "dgx-h100";
+    options.device_taints = taints;
+    auto driver = NodeDriver::Start(options, *client_, common::RealClock());
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    driver_ = *std::move(driver);
+  }
+
+  // The taints of `device` in the node's pool, as the API server has them.
+  nlohmann::json TaintsOf(const std::string& device) {
+    k8s::ListOptions options;
+    options.field_selector = absl::StrCat("spec.nodeName=", kNode);
+    auto list = client_->List(k8s::kResourceSlices, "", options);
+    EXPECT_TRUE(list.ok()) << list.status();
+    if (list.ok()) {
+      for (const nlohmann::json& slice : list->items) {
+        for (const nlohmann::json& d : slice["spec"]["devices"]) {
+          if (d["name"] == device) {
+            return d.value("taints", nlohmann::json::array());
+          }
+        }
+      }
+    }
+    return nlohmann::json::array();
+  }
+
+  std::string GpuUuid(uint32_t minor) {
+    auto source = driver::discovery::MakeDeviceSource("simulated", "dgx-h100", kNode);
+    EXPECT_TRUE(source.ok());
+    auto inventory = (*source)->Discover();
+    EXPECT_TRUE(inventory.ok());
+    return inventory->FindGpuByMinor(minor)->uuid;
+  }
+
+  fs::path root_;
+  sim::ApiServer api_;
+  std::unique_ptr<k8s::RestClient> client_;
+  std::unique_ptr<NodeDriver> driver_;
+};
+
+TEST_F(NodeDriverTest, AnXidTaintsTheDeviceAndShowsOnTheHealthStream) {
+  Start(/*taints=*/true);
+
+  // The registration advertises the health services next to the DRA services.
+  auto registration = ::pluginregistration::Registration::NewStub(grpc::CreateChannel(
+      "unix://" + driver_->registration_socket_path(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext info_context;
+  info_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  ::pluginregistration::PluginInfo info;
+  ASSERT_TRUE(registration->GetInfo(&info_context, {}, &info).ok());
+  EXPECT_THAT(info.supported_versions(), Contains("v1alpha1.DRAResourceHealth"));
+  EXPECT_THAT(info.supported_versions(), Contains("v1.DRAResourceHealth"));
+
+  ASSERT_TRUE(TaintsOf("gpu-2").empty());
+  driver::discovery::HealthEvent xid;
+  xid.gpu_uuid = GpuUuid(2);
+  xid.kind = driver::discovery::HealthEventKind::kXid;
+  xid.xid = 48;  // double-bit ECC error: critical
+  driver_->health().Apply(xid);
+
+  // The publisher's loop republishes with the taint.
+  nlohmann::json taints;
+  for (int i = 0; i < 500 && taints.empty(); ++i) {
+    taints = TaintsOf("gpu-2");
+    if (taints.empty()) {
+      usleep(10000);
+    }
+  }
+  ASSERT_EQ(taints.size(), 1u);
+  EXPECT_EQ(taints[0]["key"], "gpu.dralens.dev/xid");
+  EXPECT_EQ(taints[0]["value"], "48");
+  EXPECT_EQ(taints[0]["effect"], "NoSchedule");
+  EXPECT_TRUE(TaintsOf("gpu-3").empty());
+
+  // The kubelet's health stream says the same.
+  auto health = ::v1alpha1::DRAResourceHealth::NewStub(grpc::CreateChannel(
+      "unix://" + driver_->dra_socket_path(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext stream_context;
+  stream_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto reader = health->NodeWatchResources(&stream_context, {});
+  ::v1alpha1::NodeWatchResourcesResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  int unhealthy = 0;
+  for (const auto& d : response.devices()) {
+    EXPECT_EQ(d.device().pool_name(), kNode);
+    if (d.health() == ::v1alpha1::UNHEALTHY) {
+      ++unhealthy;
+      EXPECT_EQ(d.device().device_name(), "gpu-2");
+      EXPECT_THAT(d.message(), ::testing::HasSubstr("48"));
+    }
+  }
+  EXPECT_EQ(response.devices_size(), 8);
+  EXPECT_EQ(unhealthy, 1);
+
+  // Stopping the node ends the open stream with a status, not a hang.
+  driver_->Stop();
+  while (reader->Read(&response)) {
+  }
+  grpc::Status ended = reader->Finish();
+  EXPECT_FALSE(ended.ok());
+}
+
+TEST_F(NodeDriverTest, WithoutTaintsHealthReachesOnlyTheStream) {
+  Start(/*taints=*/false);
+  driver::discovery::HealthEvent lost;
+  lost.gpu_uuid = GpuUuid(1);
+  lost.kind = driver::discovery::HealthEventKind::kGpuLost;
+  driver_->health().Apply(lost);
+  // Give the publisher's loop a chance to (wrongly) republish, then check it did not.
+  usleep(200000);
+  EXPECT_TRUE(TaintsOf("gpu-1").empty());
+  bool unhealthy = false;
+  for (const auto& d : driver_->health().Snapshot()) {
+    unhealthy = unhealthy ||
+                (d.device == "gpu-1" && d.health == driver::health::DeviceHealthStatus::kUnhealthy);
+  }
+  EXPECT_TRUE(unhealthy);
+}
+
+}  // namespace
+}  // namespace dralens::app
