@@ -84,11 +84,14 @@ std::vector<FlagSpec> BuildFlags() {
                "of a JSON profile. Used with `--device-source=simulated`.",
                {Role::kNode},
                CheckNonEmpty});
-  f.push_back({"device-taints", "DRALENS_DEVICE_TAINTS", "false",
+  f.push_back({"device-taints",
+               "DRALENS_DEVICE_TAINTS",
+               "false",
                "Publish unhealthy devices (critical Xid, GPU lost) as ResourceSlice taints. Needs "
                "the DRADeviceTaints feature gate on the API server (beta and on from 1.36); the "
                "DRAResourceHealth stream is served either way.",
-               {Role::kNode}, OneOf({"true", "false"}),
+               {Role::kNode},
+               OneOf({"true", "false"}),
                /*is_bool=*/true});
   f.push_back({"metrics-address", "DRALENS_METRICS_ADDRESS", "0.0.0.0:9477",
                "host:port serving /metrics, /healthz, /readyz and /debug. Port 0 picks a free "
