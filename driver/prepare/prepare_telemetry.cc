@@ -306,6 +306,16 @@ void PrepareMetrics::ApplyInventory(const model::Inventory& inventory) {
   }
 }
 
+void PrepareMetrics::SetUnhealthy(std::set<std::string> devices) {
+  Usage usage;
+  {
+    absl::MutexLock lock(&mu_);
+    unhealthy_ = std::move(devices);
+    usage = usage_;
+  }
+  SetUsage(usage);
+}
+
 void PrepareMetrics::SetUsage(const Usage& usage) {
   absl::MutexLock lock(&mu_);
   usage_ = usage;
@@ -313,9 +323,10 @@ void PrepareMetrics::SetUsage(const Usage& usage) {
   for (const auto& [name, series] : devices_) {
     auto it = usage.consumers.find(name);
     const int users = it == usage.consumers.end() ? 0 : it->second;
-    series.state_free->Set(users == 0 ? 1 : 0);
-    series.state_prepared->Set(users > 0 ? 1 : 0);
-    series.state_unhealthy->Set(0);
+    const bool unhealthy = unhealthy_.count(name) > 0;
+    series.state_free->Set(!unhealthy && users == 0 ? 1 : 0);
+    series.state_prepared->Set(!unhealthy && users > 0 ? 1 : 0);
+    series.state_unhealthy->Set(unhealthy ? 1 : 0);
     series.consumers->Set(users);
     if (series.mig) {
       auto& [free, prepared] = groups[series.mig_key];

@@ -6,7 +6,8 @@
 //   cdi dralens_node_in_flight{operation} dralens_node_prepared_claims,
 //   dralens_node_prepared_devices{type} dralens_node_checkpoint_writes_total{result}
 //   dralens_node_requests_total{operation,api,result}       one per kubelet call (driver/plugin)
-//   dralens_device_info / _memory_bytes / _state / _consumers   per device of the inventory
+//   dralens_device_info / _memory_bytes / _state / _consumers   per device of the inventory;
+//       state is unhealthy, else prepared (some claim holds it), else free
 //   dralens_mig_devices{parent,profile,state}, dralens_mig_placeable{parent,profile}
 //
 // Spans: one root span per claim whose trace id is TraceIdFromClaimUid(uid), so the node's
@@ -100,6 +101,9 @@ class PrepareMetrics {
   // The fast path, after every claim operation: only sets the values of cached series (device
   // state and consumers, MIG devices by state, prepared totals). Thread-safe.
   void SetUsage(const Usage& usage);
+  // The devices that are unhealthy now (device health): their state series reads
+  // "unhealthy", whatever their claims. Thread-safe.
+  void SetUnhealthy(std::set<std::string> devices);
   // Both, for callers that have an inventory and a checkpoint at hand.
   void Refresh(const model::Inventory& inventory, const Checkpoint& checkpoint) {
     SetInventory(inventory);
@@ -146,6 +150,7 @@ class PrepareMetrics {
   std::map<prometheus::Labels, prometheus::Labels> mig_group_labels_ ABSL_GUARDED_BY(mu_);
   std::set<prometheus::Labels> mig_placeable_series_ ABSL_GUARDED_BY(mu_);
   Usage usage_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> unhealthy_ ABSL_GUARDED_BY(mu_);
   prometheus::Gauge* prepared_claims_value_;
   prometheus::Gauge* prepared_gpu_value_;
   prometheus::Gauge* prepared_mig_value_;

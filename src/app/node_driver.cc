@@ -1,5 +1,7 @@
 #include "src/app/node_driver.h"
 
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -87,6 +89,19 @@ absl::Status NodeDriver::StartAll() {
   publisher_options.driver_name = options_.driver_name;
   publisher_options.metrics = slice_metrics_.get();
   publisher_ = std::make_unique<driver::slices::SlicePublisher>(client_, clock_, publisher_options);
+  if (prepare_metrics_ != nullptr) {
+    auto unhealthy = [this] {
+      std::set<std::string> devices;
+      for (const driver::health::DeviceHealthState& d : health_->Snapshot()) {
+        if (d.health == driver::health::DeviceHealthStatus::kUnhealthy) {
+          devices.insert(d.device);
+        }
+      }
+      prepare_metrics_->SetUnhealthy(std::move(devices));
+    };
+    unhealthy();
+    health_->OnChange(unhealthy);
+  }
   publisher_->Publish(*inventory);
   if (options_.device_taints) {
     publisher_->SetTaints(health_->Taints());

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,9 +19,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
+#include "src/telemetry/exemplar.h"
 
 namespace dralens::app {
 namespace {
@@ -65,6 +68,8 @@ class NodeDriverTest : public ::testing::Test {
     options.device_source.kind = "simulated";
     options.device_source.simulated_profile = "dgx-h100";
     options.device_taints = taints;
+    options.registry = &registry_;
+    options.exemplars = &exemplars_;
     auto driver = NodeDriver::Start(options, *client_, common::RealClock());
     ASSERT_TRUE(driver.ok()) << driver.status();
     driver_ = *std::move(driver);
@@ -96,7 +101,28 @@ class NodeDriverTest : public ::testing::Test {
     return inventory->FindGpuByMinor(minor)->uuid;
   }
 
+  // The value of dralens_device_state{device, state}, or -1 when absent.
+  double DeviceState(const std::string& device, const std::string& state) {
+    for (const prometheus::MetricFamily& f : registry_.Collect()) {
+      if (f.name != "dralens_device_state") {
+        continue;
+      }
+      for (const prometheus::ClientMetric& m : f.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label) {
+          labels[l.name] = l.value;
+        }
+        if (labels["device"] == device && labels["state"] == state) {
+          return m.gauge.value;
+        }
+      }
+    }
+    return -1;
+  }
+
   fs::path root_;
+  prometheus::Registry registry_;
+  telemetry::ExemplarStore exemplars_;
   sim::ApiServer api_;
   std::unique_ptr<k8s::RestClient> client_;
   std::unique_ptr<NodeDriver> driver_;
@@ -135,6 +161,9 @@ TEST_F(NodeDriverTest, AnXidTaintsTheDeviceAndShowsOnTheHealthStream) {
   EXPECT_EQ(taints[0]["value"], "48");
   EXPECT_EQ(taints[0]["effect"], "NoSchedule");
   EXPECT_TRUE(TaintsOf("gpu-3").empty());
+  EXPECT_EQ(DeviceState("gpu-2", "unhealthy"), 1);
+  EXPECT_EQ(DeviceState("gpu-2", "free"), 0);
+  EXPECT_EQ(DeviceState("gpu-3", "free"), 1);
 
   // The kubelet's health stream says the same.
   auto health = ::v1alpha1::DRAResourceHealth::NewStub(grpc::CreateChannel(
