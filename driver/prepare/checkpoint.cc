@@ -39,6 +39,18 @@ json EncodeDevice(const CheckpointDevice& d) {
   }
   out["type"] = d.type;
   out["uuid"] = d.uuid;
+  if (d.dynamic_mig.has_value()) {
+    json mig = {{"parentUUID", d.dynamic_mig->parent_uuid},
+                {"profile", d.dynamic_mig->profile},
+                {"placementStart", d.dynamic_mig->placement_start}};
+    if (d.dynamic_mig->gi_id.has_value()) {
+      mig["giID"] = *d.dynamic_mig->gi_id;
+    }
+    if (d.dynamic_mig->ci_id.has_value()) {
+      mig["ciID"] = *d.dynamic_mig->ci_id;
+    }
+    out["dynamicMig"] = std::move(mig);
+  }
   return out;
 }
 
@@ -99,6 +111,17 @@ absl::StatusOr<std::vector<std::string>> StrList(const json& obj, const std::str
   return out;
 }
 
+absl::StatusOr<uint32_t> Uint32(const json& obj, const std::string& path, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".", key, ": missing"));
+  }
+  if (!it->is_number_unsigned() || it->get<uint64_t>() > 0xFFFFFFFFu) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ".", key, ": expected a uint32"));
+  }
+  return static_cast<uint32_t>(it->get<uint64_t>());
+}
+
 absl::StatusOr<CheckpointDevice> DecodeDevice(const json& d, const std::string& path) {
   if (!d.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": expected object"));
@@ -113,6 +136,23 @@ absl::StatusOr<CheckpointDevice> DecodeDevice(const json& d, const std::string& 
   }
   ASSIGN_OR_RETURN(out.type, Str(d, path, "type", /*required=*/false));
   ASSIGN_OR_RETURN(out.uuid, Str(d, path, "uuid", /*required=*/false));
+  if (auto it = d.find("dynamicMig"); it != d.end()) {
+    const std::string mig_path = path + ".dynamicMig";
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(mig_path, ": expected object"));
+    }
+    CheckpointDevice::DynamicMig mig;
+    ASSIGN_OR_RETURN(mig.parent_uuid, Str(*it, mig_path, "parentUUID"));
+    ASSIGN_OR_RETURN(mig.profile, Str(*it, mig_path, "profile"));
+    ASSIGN_OR_RETURN(mig.placement_start, Uint32(*it, mig_path, "placementStart"));
+    if (it->contains("giID")) {
+      ASSIGN_OR_RETURN(mig.gi_id, Uint32(*it, mig_path, "giID"));
+    }
+    if (it->contains("ciID")) {
+      ASSIGN_OR_RETURN(mig.ci_id, Uint32(*it, mig_path, "ciID"));
+    }
+    out.dynamic_mig = std::move(mig);
+  }
   return out;
 }
 

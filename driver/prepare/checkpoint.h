@@ -69,7 +69,20 @@ struct CheckpointDevice {
   std::vector<std::string> cdi_device_ids;
   std::optional<std::string> share_id;
   std::string type;  // "gpu" | "mig"
-  std::string uuid;  // GPU-... or MIG-...
+  std::string uuid;  // GPU-... or MIG-...; for dynamic MIG, set once the instance exists
+
+  // A MIG instance this node creates for the claim (dynamic MIG). The intent (parent, profile,
+  // placement) is recorded in PrepareStarted, before the instance is created, so that a crash
+  // at any point leaves enough to find and destroy it; the instance ids once it exists.
+  struct DynamicMig {
+    std::string parent_uuid;
+    std::string profile;  // GPU-instance profile, e.g. "1g.10gb"
+    uint32_t placement_start = 0;
+    std::optional<uint32_t> gi_id;
+    std::optional<uint32_t> ci_id;
+    bool operator==(const DynamicMig&) const = default;
+  };
+  std::optional<DynamicMig> dynamic_mig = std::nullopt;
 
   bool operator==(const CheckpointDevice&) const = default;
 };

@@ -8,14 +8,36 @@
 
 namespace dralens::driver::prepare {
 
-std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventory) {
+std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventory,
+                                                bool dynamic_mig) {
   std::map<std::string, OwnedDevice> out;
+  if (dynamic_mig) {
+    for (const model::GpuInfo& gpu : inventory.gpus()) {
+      if (!gpu.mig_capable || gpu.memory_slices == 0) {
+        continue;
+      }
+      for (const model::MigProfile& profile : gpu.mig_profiles) {
+        for (const model::MigPlacement& placement : profile.placements) {
+          OwnedDevice d{.name = slices::DynamicMigDeviceName(gpu, profile, placement.start),
+                        .type = "mig",
+                        .uuid = "",
+                        .gpu_minor = gpu.minor,
+                        .mig = std::nullopt,
+                        .dynamic = OwnedDevice::DynamicMig{.parent_uuid = gpu.uuid,
+                                                           .profile = profile.name,
+                                                           .placement_start = placement.start}};
+          out.emplace(d.name, d);
+        }
+      }
+    }
+  }
   for (const model::GpuInfo& gpu : inventory.gpus()) {
     OwnedDevice d{.name = slices::GpuDeviceName(gpu),
                   .type = "gpu",
                   .uuid = gpu.uuid,
                   .gpu_minor = gpu.minor,
-                  .mig = std::nullopt};
+                  .mig = std::nullopt,
+                  .dynamic = std::nullopt};
     out.emplace(d.name, d);
   }
   for (const model::MigDevice& mig : inventory.mig_devices()) {
@@ -23,7 +45,8 @@ std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventor
                   .type = "mig",
                   .uuid = mig.uuid,
                   .gpu_minor = mig.parent_minor,
-                  .mig = CdiDeviceInput::Mig{.gi_id = mig.gi_id, .ci_id = mig.ci_id}};
+                  .mig = CdiDeviceInput::Mig{.gi_id = mig.gi_id, .ci_id = mig.ci_id},
+                  .dynamic = std::nullopt};
     out.emplace(d.name, d);
   }
   return out;
@@ -71,11 +94,24 @@ absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::str
     d.share_id = r.share_id;
     d.type = owned.type;
     d.uuid = owned.uuid;
+    if (owned.dynamic.has_value()) {
+      d.dynamic_mig =
+          CheckpointDevice::DynamicMig{.parent_uuid = owned.dynamic->parent_uuid,
+                                       .profile = owned.dynamic->profile,
+                                       .placement_start = owned.dynamic->placement_start,
+                                       .gi_id = std::nullopt,
+                                       .ci_id = std::nullopt};
+    }
     plan.devices.push_back(std::move(d));
     cdi_inputs.push_back(
         CdiDeviceInput{.device = owned.name, .gpu_minor = owned.gpu_minor, .mig = owned.mig});
   }
-  if (!cdi_inputs.empty()) {
+  plan.cdi_inputs = cdi_inputs;
+  bool dynamic = false;
+  for (const CheckpointDevice& d : plan.devices) {
+    dynamic = dynamic || d.dynamic_mig.has_value();
+  }
+  if (!cdi_inputs.empty() && !dynamic) {
     ASSIGN_OR_RETURN(CdiSpec spec, BuildClaimCdiSpec(claim.metadata.uid, cdi_inputs, host));
     plan.cdi_spec = std::move(spec);
   }

@@ -23,19 +23,33 @@ struct OwnedDevice {
   std::string uuid;
   uint32_t gpu_minor = 0;  // own minor, or the parent's for MIG
   std::optional<CdiDeviceInput::Mig> mig;
+  // Dynamic MIG: a placement the scheduler may allocate; the instance is created on prepare.
+  struct DynamicMig {
+    std::string parent_uuid;
+    std::string profile;
+    uint32_t placement_start = 0;
+  };
+  std::optional<DynamicMig> dynamic;
 };
 
 // Name → device for every GPU and MIG device of an inventory, named exactly as the slice
 // builder publishes them (slices::GpuDeviceName / slices::MigDeviceName). GPUs in MIG mode are
 // listed too; the slice builder does not publish them, so no allocation names them.
-std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventory);
+// With `dynamic_mig`, also every profile x placement of the MIG-capable GPUs, named as the
+// slice builder publishes them (slices::DynamicMigDeviceName).
+std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventory,
+                                                bool dynamic_mig = false);
 
 // "req/sub" → "req"; "req" unchanged.
 std::string StripSubRequest(absl::string_view request);
 
 struct ClaimPlan {
   std::vector<CheckpointDevice> devices;  // in allocation-result order
-  std::optional<CdiSpec> cdi_spec;        // nullopt when the claim has no device here
+  std::optional<CdiSpec> cdi_spec;        // nullopt when the claim has no device here, or
+                                          // when it has dynamic MIG devices (see below)
+  // The CDI inputs, parallel to `devices`. A dynamic MIG device's GI and CI are known only
+  // once its instance exists, so such claims get their spec built after creation.
+  std::vector<CdiDeviceInput> cdi_inputs;
 };
 
 // Selects the allocation results for `driver` in `pool`, resolves each device against

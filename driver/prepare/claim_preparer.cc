@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -148,14 +149,16 @@ ClaimPreparer::ClaimPreparer(ClaimPreparerOptions options, k8s::KubeClient& clie
       load_result_(std::move(loaded)),
       clock_(options_.clock != nullptr ? *options_.clock : common::RealClock()),
       tracer_(options_.tracer != nullptr ? *options_.tracer : noop_tracer_),
-      devices_(std::make_shared<const std::map<std::string, OwnedDevice>>(IndexDevices(inventory))),
+      devices_(std::make_shared<const std::map<std::string, OwnedDevice>>(
+          IndexDevices(inventory, options_.dynamic_mig))),
       inventory_(std::move(inventory)),
       checkpoint_(load_result_.checkpoint) {
   RefreshInventoryMetrics();
 }
 
 void ClaimPreparer::SetInventory(const model::Inventory& inventory) {
-  auto index = std::make_shared<const std::map<std::string, OwnedDevice>>(IndexDevices(inventory));
+  auto index = std::make_shared<const std::map<std::string, OwnedDevice>>(
+      IndexDevices(inventory, options_.dynamic_mig));
   {
     absl::MutexLock lock(&inventory_mu_);
     devices_ = std::move(index);
@@ -348,12 +351,120 @@ absl::Status ClaimPreparer::RollBack(const std::string& uid) {
   // The spec first: if we crash after removing it, the entry still says PrepareStarted and the
   // next attempt rolls back again (removing a missing spec is fine).
   RETURN_IF_ERROR_CTX(WithReason(cdi_.Remove(uid), FailureReason::kCdiError), "roll back");
+  // Then the MIG instances the attempt may have created, found by their recorded intent.
+  if (std::optional<CheckpointClaim> entry = LookUp(uid); entry.has_value()) {
+    for (const CheckpointDevice& d : entry->devices) {
+      if (d.dynamic_mig.has_value()) {
+        RETURN_IF_ERROR_CTX(DestroyMigInstance(*d.dynamic_mig), "roll back");
+      }
+    }
+  }
   RETURN_IF_ERROR_CTX(UpdateCheckpoint([&](Checkpoint& cp) {
                         cp.claims.erase(uid);
                         return absl::OkStatus();
                       }),
                       "roll back");
   return states_.Transition(uid, ClaimState::kPrepareStarted, ClaimState::kUnprepared);
+}
+
+absl::StatusOr<model::MigDevice> ClaimPreparer::CreateMigInstance(
+    const CheckpointDevice::DynamicMig& mig) {
+  if (options_.mig_source == nullptr) {
+    return WithReason(absl::FailedPreconditionError("dynamic MIG without a device source"),
+                      FailureReason::kMigError);
+  }
+  absl::StatusOr<model::MigDevice> created =
+      options_.mig_source->CreateMigDevice(mig.parent_uuid, mig.profile, mig.placement_start);
+  if (absl::IsUnimplemented(created.status())) {
+    // NVML's NOT_SUPPORTED here means MIG mode is off: dynamic MIG turns it on (Hopper and
+    // later apply it at once).
+    RETURN_IF_ERROR(WithReason(options_.mig_source->SetMigMode(mig.parent_uuid, true),
+                               FailureReason::kMigError));
+    created =
+        options_.mig_source->CreateMigDevice(mig.parent_uuid, mig.profile, mig.placement_start);
+  }
+  if (!created.ok()) {
+    return WithReason(common::Annotate(created.status(),
+                                       absl::StrCat("create MIG ", mig.profile, " at slice ",
+                                                    mig.placement_start, " on ", mig.parent_uuid)),
+                      FailureReason::kMigError);
+  }
+  return created;
+}
+
+absl::Status ClaimPreparer::DestroyMigInstance(const CheckpointDevice::DynamicMig& mig) {
+  if (options_.mig_source == nullptr) {
+    return WithReason(absl::FailedPreconditionError("dynamic MIG without a device source"),
+                      FailureReason::kMigError);
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> instances;
+  if (mig.gi_id.has_value() && mig.ci_id.has_value()) {
+    instances.emplace_back(*mig.gi_id, *mig.ci_id);
+  } else {
+    // Created (maybe) but not recorded: whatever sits at the placement is ours, because the
+    // device lock and the checkpoint keep any other claim off it.
+    absl::StatusOr<model::Inventory> now = options_.mig_source->Discover();
+    if (!now.ok()) {
+      return WithReason(common::Annotate(now.status(), "look for MIG instances to destroy"),
+                        FailureReason::kMigError);
+    }
+    for (const model::MigDevice* d : now->MigDevicesOf(mig.parent_uuid)) {
+      if (d->placement.start == mig.placement_start && d->profile.name == mig.profile) {
+        instances.emplace_back(d->gi_id, d->ci_id);
+      }
+    }
+  }
+  for (const auto& [gi, ci] : instances) {
+    absl::Status destroyed = options_.mig_source->DestroyMigInstance(mig.parent_uuid, gi, ci);
+    if (!destroyed.ok() && !absl::IsNotFound(destroyed)) {
+      return WithReason(
+          common::Annotate(destroyed, absl::StrCat("destroy MIG instance gi ", gi, " ci ", ci,
+                                                   " on ", mig.parent_uuid)),
+          FailureReason::kMigError);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ClaimPreparer::ReclaimOrphanMigInstances(const model::Inventory& discovered) {
+  std::set<std::tuple<std::string, uint32_t, uint32_t>> owned;
+  {
+    absl::MutexLock lock(&checkpoint_mu_);
+    for (const auto& [uid, claim] : checkpoint_.claims) {
+      if (claim.state != ClaimState::kPrepareCompleted) {
+        continue;  // a started claim is rolled back on its retry; its instances are orphans
+      }
+      for (const CheckpointDevice& d : claim.devices) {
+        if (d.dynamic_mig.has_value() && d.dynamic_mig->gi_id && d.dynamic_mig->ci_id) {
+          owned.emplace(d.dynamic_mig->parent_uuid, *d.dynamic_mig->gi_id, *d.dynamic_mig->ci_id);
+        }
+      }
+    }
+  }
+  int destroyed = 0;
+  absl::Status first_error;
+  for (const model::MigDevice& d : discovered.mig_devices()) {
+    if (owned.count({d.parent_uuid, d.gi_id, d.ci_id}) > 0) {
+      continue;
+    }
+    absl::Status s = options_.mig_source != nullptr
+                         ? options_.mig_source->DestroyMigInstance(d.parent_uuid, d.gi_id, d.ci_id)
+                         : absl::FailedPreconditionError("dynamic MIG without a device source");
+    if (s.ok()) {
+      ++destroyed;
+      DLOG(kWarn, kComponent, "destroyed a MIG instance no prepared claim owns",
+           {{"parent", d.parent_uuid},
+            {"profile", d.ProfileName()},
+            {"gi", d.gi_id},
+            {"ci", d.ci_id}});
+    } else if (first_error.ok()) {
+      first_error = s;
+    }
+  }
+  if (!first_error.ok()) {
+    return common::Annotate(first_error, "reclaim orphan MIG instances");
+  }
+  return destroyed;
 }
 
 absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const ClaimRef& ref,
@@ -440,7 +551,7 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
   entry.namespace_name = ref.namespace_name;
   entry.name = ref.name;
   entry.devices = plan->devices;
-  entry.cdi_spec_file = plan->cdi_spec.has_value() ? CdiSpecFileName(ref.uid) : "";
+  entry.cdi_spec_file = plan->cdi_inputs.empty() ? "" : CdiSpecFileName(ref.uid);
 
   // PrepareStarted is durable before any side effect, so a crash at any later point is found
   // and rolled back. The duplicate-device guard runs in the same critical section as the
@@ -481,6 +592,47 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
   RETURN_IF_ERROR_CTX(
       states_.Transition(ref.uid, ClaimState::kUnprepared, ClaimState::kPrepareStarted), context);
   MaybeCrashForTest("after-started");
+
+  // Dynamic MIG: create the instances now that PrepareStarted records where they go, then
+  // record their ids before anything else can fail, so unprepare and rollback find them.
+  bool dynamic = false;
+  for (const CheckpointDevice& d : entry.devices) {
+    dynamic = dynamic || d.dynamic_mig.has_value();
+  }
+  if (dynamic) {
+    auto phase = telemetry.Time(Phase::kMig);
+    for (size_t i = 0; i < entry.devices.size(); ++i) {
+      CheckpointDevice& d = entry.devices[i];
+      if (!d.dynamic_mig.has_value()) {
+        continue;
+      }
+      absl::StatusOr<model::MigDevice> created = CreateMigInstance(*d.dynamic_mig);
+      if (!created.ok()) {
+        phase.Fail(created.status());
+        absl::Status undo = RollBack(ref.uid);
+        if (!undo.ok()) {
+          DLOG(kError, kComponent, "roll back after a failed MIG create failed; retried next time",
+               {{"claim", key}, {"uid", ref.uid}, {"error", undo.message()}});
+        }
+        return common::Annotate(created.status(), context);
+      }
+      d.uuid = created->uuid;
+      d.dynamic_mig->gi_id = created->gi_id;
+      d.dynamic_mig->ci_id = created->ci_id;
+      plan->cdi_inputs[i].mig =
+          CdiDeviceInput::Mig{.gi_id = created->gi_id, .ci_id = created->ci_id};
+      telemetry.SetAttribute("gpu.mig.profile", d.dynamic_mig->profile);
+    }
+    MaybeCrashForTest("after-mig-created");
+    RETURN_IF_ERROR_CTX(UpdateCheckpoint([&](Checkpoint& cp) {
+                          cp.claims[ref.uid].devices = entry.devices;
+                          return absl::OkStatus();
+                        }),
+                        context);
+    absl::StatusOr<CdiSpec> spec = BuildClaimCdiSpec(ref.uid, plan->cdi_inputs, options_.cdi_host);
+    RETURN_IF_ERROR_CTX(WithReason(spec.status(), FailureReason::kInternal), context);
+    plan->cdi_spec = *std::move(spec);
+  }
 
   if (plan->cdi_spec.has_value()) {
     auto phase = telemetry.Time(Phase::kCdi);
@@ -536,6 +688,23 @@ absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref, ClaimTelemetry& te
   }
   if (removed.ok()) {
     MaybeCrashForTest("unprepare-after-cdi-removed");
+    bool destroyed_any = false;
+    for (const CheckpointDevice& d : existing->devices) {
+      if (!d.dynamic_mig.has_value() || !removed.ok()) {
+        continue;
+      }
+      auto phase = telemetry.Time(Phase::kMig);
+      removed = DestroyMigInstance(*d.dynamic_mig);
+      if (!removed.ok()) {
+        phase.Fail(removed);
+      }
+      destroyed_any = true;
+    }
+    if (destroyed_any && removed.ok()) {
+      MaybeCrashForTest("unprepare-after-mig-destroyed");
+    }
+  }
+  if (removed.ok()) {
     auto phase = telemetry.Time(Phase::kCheckpoint);
     removed = UpdateCheckpoint([&](Checkpoint& cp) {
       cp.claims.erase(ref.uid);

@@ -31,6 +31,8 @@
 //   after-completed              PrepareCompleted written, answer not yet returned
 //   unprepare-after-cdi-removed  CDI spec removed, checkpoint entry still present
 //   unprepare-after-checkpoint   checkpoint entry removed, answer not yet returned
+//   after-mig-created            dynamic MIG instances created, their ids not yet recorded
+//   unprepare-after-mig-destroyed  dynamic MIG instances destroyed, entry still present
 //
 // Thread-safety: Prepare, Unprepare and SetInventory may be called from any thread at once.
 #pragma once
@@ -46,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "driver/discovery/device_source.h"
 #include "driver/prepare/cdi.h"
 #include "driver/prepare/checkpoint.h"
 #include "driver/prepare/claim_handler.h"
@@ -77,6 +80,10 @@ struct ClaimPreparerOptions {
   PrepareMetrics* metrics = nullptr;
   telemetry::Tracer* tracer = nullptr;
   common::Clock* clock = nullptr;
+  // Dynamic MIG: allocations may name any profile x placement of a MIG-capable GPU; prepare
+  // creates the instance through `mig_source` (not owned) and unprepare destroys it.
+  bool dynamic_mig = false;
+  discovery::DeviceSource* mig_source = nullptr;
 };
 
 class ClaimPreparer : public ClaimHandler {
@@ -93,6 +100,11 @@ class ClaimPreparer : public ClaimHandler {
 
   // Replaces the inventory used to resolve devices of claims prepared from now on.
   void SetInventory(const model::Inventory& inventory);
+
+  // Dynamic MIG, at start: destroys every MIG instance in `discovered` that no prepared claim
+  // owns (left by a crash, or by someone else). Returns how many were destroyed; the first
+  // error is returned after trying them all.
+  absl::StatusOr<int> ReclaimOrphanMigInstances(const model::Inventory& discovered);
 
   // How Create found the checkpoint.
   const LoadedCheckpoint& load_result() const { return load_result_; }
@@ -111,8 +123,14 @@ class ClaimPreparer : public ClaimHandler {
   absl::StatusOr<std::vector<PreparedDevice>> PrepareOne(const ClaimRef& ref,
                                                          ClaimTelemetry& telemetry);
   absl::Status UnprepareOne(const ClaimRef& ref, ClaimTelemetry& telemetry);
-  // Removes the CDI spec and the entry of a claim left in PrepareStarted.
+  // Removes the CDI spec, the MIG instances it created and the entry of a claim left in
+  // PrepareStarted.
   absl::Status RollBack(const std::string& uid);
+  // Creates the instance a dynamic MIG device stands for (turning MIG mode on if needed).
+  absl::StatusOr<model::MigDevice> CreateMigInstance(const CheckpointDevice::DynamicMig& mig);
+  // Destroys it: by its ids when known, else whatever instance sits at its placement. Gone
+  // already is success.
+  absl::Status DestroyMigInstance(const CheckpointDevice::DynamicMig& mig);
 
   // Applies `mutate` to the checkpoint and saves it durably; memory changes only once the save
   // succeeded. `mutate` must leave the checkpoint untouched when it returns an error (the

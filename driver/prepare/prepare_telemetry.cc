@@ -17,7 +17,7 @@ constexpr FailureReason kAllReasons[] = {
     FailureReason::kNone,          FailureReason::kInvalidRequest, FailureReason::kClaimNotFound,
     FailureReason::kClaimReplaced, FailureReason::kNotAllocated,   FailureReason::kForeignDevice,
     FailureReason::kDeviceBusy,    FailureReason::kApiError,       FailureReason::kCheckpointError,
-    FailureReason::kCdiError,      FailureReason::kInternal};
+    FailureReason::kCdiError,      FailureReason::kMigError,       FailureReason::kInternal};
 
 constexpr const char* kStates[] = {"free", "prepared", "unhealthy"};
 
@@ -49,6 +49,8 @@ absl::string_view ToString(FailureReason reason) {
       return "checkpoint_error";
     case FailureReason::kCdiError:
       return "cdi_error";
+    case FailureReason::kMigError:
+      return "mig_error";
     case FailureReason::kInternal:
       return "internal";
   }

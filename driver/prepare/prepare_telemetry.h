@@ -59,6 +59,7 @@ enum class FailureReason {
   kApiError,         // the API server failed or could not be reached
   kCheckpointError,  // the checkpoint could not be written
   kCdiError,         // the CDI spec could not be written or removed
+  kMigError,         // a MIG instance could not be created or destroyed
   kInternal,         // anything else
 };
 absl::string_view ToString(FailureReason reason);

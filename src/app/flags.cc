@@ -93,6 +93,15 @@ std::vector<FlagSpec> BuildFlags() {
                {Role::kNode},
                OneOf({"true", "false"}),
                /*is_bool=*/true});
+  f.push_back({"dynamic-mig",
+               "DRALENS_DYNAMIC_MIG",
+               "false",
+               "Publish every MIG profile and placement of MIG-capable GPUs as partitionable "
+               "devices and create the MIG instance when a claim is prepared (needs the "
+               "DRAPartitionableDevices feature gate, beta and on from 1.36).",
+               {Role::kNode},
+               OneOf({"true", "false"}),
+               /*is_bool=*/true});
   f.push_back({"metrics-address", "DRALENS_METRICS_ADDRESS", "0.0.0.0:9477",
                "host:port serving /metrics, /healthz, /readyz and /debug. Port 0 picks a free "
                "port.",

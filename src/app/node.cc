@@ -6,6 +6,8 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "exporter/http/metrics_server.h"
 #include "src/app/kube.h"
@@ -18,6 +20,27 @@
 
 namespace dralens::app {
 namespace {
+
+// The API server's minor version, which decides the slice layout of shared counters. When it
+// cannot be read, 34: the combined layout, which a 1.35+ server rejects with a validation error
+// the publisher reports, rather than a layout it silently misreads.
+int ServerMinorVersion(k8s::RestClient& client) {
+  absl::StatusOr<nlohmann::json> version = client.ServerVersion();
+  int minor = 0;
+  if (version.ok()) {
+    std::string text = version->value("minor", "");
+    while (!text.empty() && !absl::ascii_isdigit(text.back())) {
+      text.pop_back();  // "35+" on some distributions
+    }
+    (void)absl::SimpleAtoi(text, &minor);
+  }
+  if (minor <= 0) {
+    DLOG(kWarn, "node", "could not read the API server's version; assuming 1.34 slice layout",
+         {{"error", version.ok() ? "no minor version" : version.status().message()}});
+    return 34;
+  }
+  return minor;
+}
 
 struct NodeState {
   ProcessTelemetry telemetry = NewProcessTelemetry("node");
@@ -98,6 +121,10 @@ int RunNode(const FlagValues& flags) {
          options.device_source.kind = flags.Get("device-source");
          options.device_source.simulated_profile = flags.Get("simulated-profile");
          options.device_taints = flags.GetBool("device-taints");
+         options.dynamic_mig = flags.GetBool("dynamic-mig");
+         if (options.dynamic_mig) {
+           options.api_minor = ServerMinorVersion(*state.client);
+         }
          options.registry = state.registry.get();
          options.exemplars = state.telemetry.exemplars.get();
          options.tracer = &state.telemetry.tracer();

@@ -55,6 +55,7 @@ absl::Status NodeDriver::StartAll() {
 
   driver::health::HealthMonitorOptions health_options;
   health_options.pool_name = node;
+  health_options.dynamic_mig = options_.dynamic_mig;
   health_ = std::make_unique<driver::health::HealthMonitor>(health_options, clock_);
   health_->SetInventory(*inventory);
   health_->Start(*source_);
@@ -73,6 +74,8 @@ absl::Status NodeDriver::StartAll() {
   if (source_options.kind == "nvml") {
     preparer_options.cdi_host = driver::prepare::ReadCdiHostInfo();
   }
+  preparer_options.dynamic_mig = options_.dynamic_mig;
+  preparer_options.mig_source = source_.get();
   preparer_options.metrics = prepare_metrics_.get();
   preparer_options.tracer = options_.tracer;
   preparer_options.clock = &clock_;
@@ -84,7 +87,21 @@ absl::Status NodeDriver::StartAll() {
        {{"origin", driver::prepare::ToString(loaded.origin)},
         {"claims", loaded.checkpoint.claims.size()}});
 
+  if (options_.dynamic_mig) {
+    // Instances no prepared claim owns were left by a crash or made by hand: the scheduler
+    // believes those slices free, so they go before anything is published.
+    absl::StatusOr<int> reclaimed = preparer_->ReclaimOrphanMigInstances(*inventory);
+    RETURN_IF_ERROR_CTX(reclaimed.status(), "dynamic MIG");
+    if (*reclaimed > 0) {
+      inventory = source_->Discover();
+      RETURN_IF_ERROR_CTX(inventory.status(), "discover GPUs after reclaiming MIG instances");
+      health_->SetInventory(*inventory);
+    }
+  }
+
   driver::slices::SlicePublisherOptions publisher_options;
+  publisher_options.dynamic_mig = options_.dynamic_mig;
+  publisher_options.api_minor = options_.api_minor;
   publisher_options.node_name = node;
   publisher_options.driver_name = options_.driver_name;
   publisher_options.metrics = slice_metrics_.get();

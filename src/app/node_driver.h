@@ -53,6 +53,11 @@ struct NodeDriverOptions {
   // Publish device health as ResourceSlice taints (needs the DRADeviceTaints feature gate on
   // the API server, beta from 1.36). The DRAResourceHealth stream is served either way.
   bool device_taints = false;
+  // Dynamic MIG: publish every MIG profile x placement of MIG-capable GPUs as partitionable
+  // devices and create the instances on prepare. `api_minor` (the API server's minor version)
+  // picks the slice layout: counters and devices together before 1.35, split from 1.35.
+  bool dynamic_mig = false;
+  int api_minor = 34;
   // Telemetry sinks; not owned, must outlive the driver. A null registry records no metrics,
   // a null tracer records no spans.
   prometheus::Registry* registry = nullptr;

@@ -530,6 +530,10 @@ absl::StatusOr<nlohmann::json> RestClient::Get(const ResourceType& type, absl::s
   return object;
 }
 
+absl::StatusOr<nlohmann::json> RestClient::ServerVersion() {
+  return Do({"GET", "get", "version", "/version", "", ""});
+}
+
 absl::StatusOr<ListResult> RestClient::List(const ResourceType& type, absl::string_view ns,
                                             const ListOptions& options) {
   ASSIGN_OR_RETURN(std::string path, Path(type, ns, "", ""));

@@ -83,6 +83,9 @@ class RestClient : public KubeClient {
   absl::Status DeleteCollection(const ResourceType& type, absl::string_view ns,
                                 const ListOptions& options) override;
 
+  // GET /version: the server's version document ({"major": "1", "minor": "34", ...}).
+  absl::StatusOr<nlohmann::json> ServerVersion();
+
   const RestConfig& config() const { return config_; }
 
  private:

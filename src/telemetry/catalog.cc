@@ -92,7 +92,7 @@ std::vector<MetricSpec> BuildCatalog() {
        "node",
        "Claims prepared or unprepared, by result and reason (none on success; otherwise "
        "invalid_request, claim_not_found, claim_replaced, not_allocated, foreign_device, "
-       "device_busy, api_error, checkpoint_error, cdi_error, internal)."},
+       "device_busy, api_error, checkpoint_error, cdi_error, mig_error, internal)."},
       {"dralens_node_claim_duration_seconds",
        K::kHistogram,
        {"operation", "result"},

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
@@ -138,18 +140,23 @@ class NodePluginTest : public ::testing::Test {
   // Starts `dralens node`; `crash_at` arms the preparer's crash hook. Waits until the plugin
   // serves both sockets.
   void StartNode(const std::string& crash_at = "",
-                 const std::map<std::string, std::string>& extra_env = {}) {
+                 const std::map<std::string, std::string>& extra_env = {},
+                 const std::vector<std::string>& extra_flags = {}) {
     std::map<std::string, std::string> env = {{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}};
     env.insert(extra_env.begin(), extra_env.end());
     if (!crash_at.empty()) {
       env["DRALENS_TEST_CRASH_AT"] = crash_at;
     }
-    node_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{
-            kBinary, "node", "--device-source=simulated", "--simulated-profile=dgx-h100",
-            "--metrics-address=127.0.0.1:0", "--kubelet-registry-dir=" + RegistryDir(),
-            "--kubelet-plugins-dir=" + PluginsDir(), "--cdi-root=" + CdiRoot()},
-        env);
+    std::vector<std::string> argv = {kBinary,
+                                     "node",
+                                     "--device-source=simulated",
+                                     "--simulated-profile=dgx-h100",
+                                     "--metrics-address=127.0.0.1:0",
+                                     "--kubelet-registry-dir=" + RegistryDir(),
+                                     "--kubelet-plugins-dir=" + PluginsDir(),
+                                     "--cdi-root=" + CdiRoot()};
+    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+    node_ = std::make_unique<Subprocess>(argv, env);
     ASSERT_TRUE(node_->WaitForOutput("kubelet plugin serving", absl::Seconds(30)))
         << node_->Output();
     std::smatch m;
@@ -528,6 +535,52 @@ TEST_F(NodePluginTest, CrashAtEveryStepLeaksNothingAndNeverPreparesADeviceTwice)
   }
   EXPECT_EQ(crashes, rounds * 5);
   RecordProperty("crashes", crashes);
+}
+
+// Dynamic MIG through the real binary: the pool carries the GPUs' counter sets and every
+// placement; a claim for one creates the instance (its capability nodes are in the CDI spec)
+// and unprepare destroys it.
+TEST_F(NodePluginTest, DynamicMigClaimCreatesItsInstance) {
+  StartNode("", {}, {"--dynamic-mig"});
+  k8s::ListOptions options;
+  options.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=", kDriver);
+  auto slices = client_->List(k8s::kResourceSlices, "", options);
+  ASSERT_TRUE(slices.ok()) << slices.status();
+  bool counters = false;
+  std::string placement;
+  for (const json& slice : slices->items) {
+    counters = counters || !slice["spec"].value("sharedCounters", json::array()).empty();
+    for (const json& d : slice["spec"]["devices"]) {
+      const std::string name = d["name"];
+      if (placement.empty() && absl::StartsWith(name, "gpu-0-mig-1g10gb-")) {
+        placement = name;
+      }
+    }
+  }
+  EXPECT_TRUE(counters);
+  ASSERT_FALSE(placement.empty());
+
+  const Claim c = AllocatedClaim("slice", placement);
+  dra_v1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(PrepareV1({c}, &prepared).ok());
+  ASSERT_EQ(prepared.claims().at(c.uid).error(), "");
+  std::ifstream spec(CdiSpecOf(c));
+  const std::string text((std::istreambuf_iterator<char>(spec)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("/dev/nvidia-caps/nvidia-cap"));
+
+  httplib::Client metrics("127.0.0.1", metrics_port_);
+  auto debug = metrics.Get("/debug/claims");
+  ASSERT_TRUE(debug);
+  json state = json::parse(debug->body, nullptr, false);
+  ASSERT_EQ(state["claims"].size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(state["claims"][0]["devices"][0]["uuid"].get<std::string>(), "MIG-"))
+      << debug->body;
+
+  dra_v1::NodeUnprepareResourcesResponse un;
+  ASSERT_TRUE(UnprepareV1({c}, &un).ok());
+  EXPECT_EQ(un.claims().at(c.uid).error(), "");
+  EXPECT_THAT(ListDir(CdiRoot()), IsEmpty());
+  StopNode();
 }
 
 // The telemetry contract end to end: a prepare through the real socket shows up as an

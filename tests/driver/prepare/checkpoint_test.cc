@@ -40,13 +40,19 @@ Checkpoint Sample() {
   b.state = ClaimState::kPrepareStarted;
   b.namespace_name = "ml";
   b.name = "small \"quoted\" \n name";
-  b.devices.push_back(CheckpointDevice{.request_names = {"small"},
-                                       .pool = "node-a",
-                                       .device = "gpu-1-mig-1g10gb-19-0",
-                                       .cdi_device_ids = {},
-                                       .share_id = "share-1",
-                                       .type = "mig",
-                                       .uuid = "MIG-1"});
+  b.devices.push_back(
+      CheckpointDevice{.request_names = {"small"},
+                       .pool = "node-a",
+                       .device = "gpu-1-mig-1g10gb-19-0",
+                       .cdi_device_ids = {},
+                       .share_id = "share-1",
+                       .type = "mig",
+                       .uuid = "MIG-1",
+                       .dynamic_mig = CheckpointDevice::DynamicMig{.parent_uuid = "GPU-1",
+                                                                   .profile = "1g.10gb",
+                                                                   .placement_start = 3,
+                                                                   .gi_id = 7,
+                                                                   .ci_id = std::nullopt}});
   cp.claims.emplace("uid-a", a);
   cp.claims.emplace("uid-b", b);
   return cp;

@@ -1,0 +1,231 @@
+// Dynamic MIG in the preparer: a claim for a published placement creates the instance on
+// prepare and destroys it on unprepare; failures and crashes leave no instance behind.
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "driver/discovery/simulated/simulated_device_source.h"
+#include "driver/discovery/simulated/simulated_profile.h"
+#include "driver/prepare/claim_preparer.h"
+#include "driver/slices/slice_builder.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/common/clock.h"
+#include "src/k8s/rest_client.h"
+#include "src/sim/api_server.h"
+#include "tests/driver/prepare/prepare_test_util.h"
+
+namespace dralens::driver::prepare {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+using testing::Slurp;
+using testing::TempDir;
+
+constexpr char kDriver[] = "gpu.dralens.dev";
+constexpr char kNode[] = "node-m";
+constexpr char kNs[] = "ml";
+
+class DynamicMigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.Start().ok());
+    k8s::RestConfig config;
+    config.server = server_.url();
+    auto rest = k8s::RestClient::FromConfig(config);
+    ASSERT_TRUE(rest.ok()) << rest.status();
+    rest_ = *std::move(rest);
+    auto profile = discovery::BuiltinSimulatedProfile("dgx-h100");
+    ASSERT_TRUE(profile.ok()) << profile.status();
+    auto source = discovery::SimulatedDeviceSource::Create(*profile, kNode);
+    ASSERT_TRUE(source.ok()) << source.status();
+    source_ = *std::move(source);
+    auto inventory = source_->Discover();
+    ASSERT_TRUE(inventory.ok()) << inventory.status();
+    inventory_ = *inventory;
+    Restart();
+  }
+
+  // A fresh preparer over the same directories and the same GPUs, as after a process restart.
+  void Restart() {
+    preparer_.reset();
+    store_ = std::make_unique<FileCheckpointStore>(CheckpointPath(dir_.Join("plugins"), kDriver),
+                                                   "boot-1", common::RealClock());
+    cdi_ = std::make_unique<FileCdiWriter>(dir_.Join("cdi"));
+    states_ = std::make_unique<ClaimStateMachine>();
+    ClaimPreparerOptions options;
+    options.driver_name = kDriver;
+    options.pool_name = kNode;
+    options.dynamic_mig = true;
+    options.mig_source = source_.get();
+    auto preparer = ClaimPreparer::Create(options, *rest_, *store_, *cdi_, *states_, inventory_);
+    ASSERT_TRUE(preparer.ok()) << preparer.status();
+    preparer_ = *std::move(preparer);
+  }
+
+  // The published name of `profile` at `start` on GPU `minor`.
+  std::string Placement(uint32_t minor, const std::string& profile, uint32_t start) {
+    const model::GpuInfo& gpu = *inventory_.FindGpuByMinor(minor);
+    for (const model::MigProfile& p : gpu.mig_profiles) {
+      if (p.name == profile) {
+        return slices::DynamicMigDeviceName(gpu, p, start);
+      }
+    }
+    ADD_FAILURE() << "no profile " << profile;
+    return "";
+  }
+
+  ClaimRef MakeClaim(const std::string& name, const std::string& device) {
+    json claim = json::parse(R"({
+      "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+      "metadata": {"namespace": "ml"},
+      "spec": {"devices": {"requests": [
+        {"name": "slice", "exactly": {"deviceClassName": "mig.dralens.dev"}}]}}})");
+    claim["metadata"]["name"] = name;
+    auto created = rest_->Create(k8s::kResourceClaims, kNs, claim);
+    EXPECT_TRUE(created.ok()) << created.status();
+    json obj = *created;
+    json result = {{"request", "slice"}, {"driver", kDriver}, {"pool", kNode}, {"device", device}};
+    obj["status"]["allocation"]["devices"]["results"] = json::array({result});
+    EXPECT_TRUE(rest_->Update(k8s::kResourceClaims, kNs, obj, "status").ok());
+    return {kNs, (*created)["metadata"]["uid"].get<std::string>(), name};
+  }
+
+  // The MIG instances that exist on GPU `minor` right now.
+  std::vector<model::MigDevice> Instances(uint32_t minor) {
+    auto now = source_->Discover();
+    EXPECT_TRUE(now.ok()) << now.status();
+    std::vector<model::MigDevice> out;
+    for (const model::MigDevice* d : now->MigDevicesOf(inventory_.FindGpuByMinor(minor)->uuid)) {
+      out.push_back(*d);
+    }
+    return out;
+  }
+
+  TempDir dir_;
+  sim::ApiServer server_;
+  std::unique_ptr<k8s::RestClient> rest_;
+  std::unique_ptr<discovery::SimulatedDeviceSource> source_;
+  model::Inventory inventory_;
+  std::unique_ptr<FileCheckpointStore> store_;
+  std::unique_ptr<FileCdiWriter> cdi_;
+  std::unique_ptr<ClaimStateMachine> states_;
+  std::unique_ptr<ClaimPreparer> preparer_;
+};
+
+TEST_F(DynamicMigTest, PrepareCreatesTheInstanceAndUnprepareDestroysIt) {
+  const std::string device = Placement(0, "1g.10gb", 3);
+  const ClaimRef claim = MakeClaim("small", device);
+  auto out = preparer_->Prepare({claim});
+  ASSERT_EQ(out[claim.uid].error, "");
+  ASSERT_THAT(out[claim.uid].devices, SizeIs(1));
+  EXPECT_EQ(out[claim.uid].devices[0].device_name, device);
+
+  std::vector<model::MigDevice> instances = Instances(0);
+  ASSERT_THAT(instances, SizeIs(1));
+  EXPECT_EQ(instances[0].profile.name, "1g.10gb");
+  EXPECT_EQ(instances[0].placement.start, 3u);
+
+  // The checkpoint knows the instance; the CDI spec carries its capability nodes.
+  const Checkpoint checkpoint = preparer_->CheckpointForTest();
+  const CheckpointDevice& recorded = checkpoint.claims.at(claim.uid).devices.at(0);
+  ASSERT_TRUE(recorded.dynamic_mig.has_value());
+  EXPECT_EQ(recorded.dynamic_mig->gi_id, instances[0].gi_id);
+  EXPECT_EQ(recorded.dynamic_mig->ci_id, instances[0].ci_id);
+  EXPECT_EQ(recorded.uuid, instances[0].uuid);
+  const std::string spec = Slurp(dir_.Join("cdi/" + CdiSpecFileName(claim.uid)));
+  EXPECT_THAT(spec, HasSubstr("/dev/nvidia-caps/nvidia-cap"));
+  EXPECT_THAT(spec, HasSubstr("/dev/nvidia0"));
+
+  // A replay creates nothing new.
+  ASSERT_EQ(preparer_->Prepare({claim})[claim.uid].error, "");
+  EXPECT_THAT(Instances(0), SizeIs(1));
+
+  ASSERT_EQ(preparer_->Unprepare({claim})[claim.uid], "");
+  EXPECT_THAT(Instances(0), SizeIs(0));
+  EXPECT_TRUE(preparer_->CheckpointForTest().claims.empty());
+}
+
+TEST_F(DynamicMigTest, DisjointPlacementsCoexistAndAFailedCreateLeavesNothing) {
+  const ClaimRef a = MakeClaim("a", Placement(1, "3g.40gb", 0));
+  const ClaimRef b = MakeClaim("b", Placement(1, "3g.40gb", 4));
+  auto out = preparer_->Prepare({a, b});
+  EXPECT_EQ(out[a.uid].error, "");
+  EXPECT_EQ(out[b.uid].error, "");
+  EXPECT_THAT(Instances(1), SizeIs(2));
+
+  // A placement overlapping a's (the scheduler's counters forbid it; the GPU refuses it too).
+  const ClaimRef c = MakeClaim("c", Placement(1, "1g.10gb", 1));
+  out = preparer_->Prepare({c});
+  EXPECT_THAT(out[c.uid].error, HasSubstr("create MIG 1g.10gb"));
+  EXPECT_THAT(Instances(1), SizeIs(2));
+  EXPECT_EQ(preparer_->CheckpointForTest().claims.count(c.uid), 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("cdi/" + CdiSpecFileName(c.uid))));
+}
+
+// A crash between creating the instance and recording its ids leaves PrepareStarted with the
+// intent only: the retry destroys whatever sits at that placement, then prepares again.
+TEST_F(DynamicMigTest, AStartedClaimsInstanceIsFoundByItsPlacementAndReplaced) {
+  const std::string device = Placement(2, "2g.20gb", 2);
+  const ClaimRef claim = MakeClaim("crashed", device);
+  // What the checkpoint holds after the crash: the intent, no ids.
+  Checkpoint cp = preparer_->CheckpointForTest();
+  CheckpointClaim entry;
+  entry.state = ClaimState::kPrepareStarted;
+  entry.namespace_name = kNs;
+  entry.name = "crashed";
+  entry.cdi_spec_file = CdiSpecFileName(claim.uid);
+  CheckpointDevice d;
+  d.request_names = {"slice"};
+  d.pool = kNode;
+  d.device = device;
+  d.type = "mig";
+  d.dynamic_mig = CheckpointDevice::DynamicMig{.parent_uuid = inventory_.FindGpuByMinor(2)->uuid,
+                                               .profile = "2g.20gb",
+                                               .placement_start = 2,
+                                               .gi_id = std::nullopt,
+                                               .ci_id = std::nullopt};
+  entry.devices = {d};
+  cp.claims[claim.uid] = entry;
+  ASSERT_TRUE(store_->Save(cp).ok());
+  // And the instance the crashed attempt had created (MIG mode on first, as the attempt did).
+  ASSERT_TRUE(source_->SetMigMode(d.dynamic_mig->parent_uuid, true).ok());
+  auto orphan = source_->CreateMigDevice(d.dynamic_mig->parent_uuid, "2g.20gb", 2);
+  ASSERT_TRUE(orphan.ok()) << orphan.status();
+
+  Restart();
+  auto out = preparer_->Prepare({claim});
+  ASSERT_EQ(out[claim.uid].error, "");
+  std::vector<model::MigDevice> instances = Instances(2);
+  ASSERT_THAT(instances, SizeIs(1));
+  EXPECT_EQ(instances[0].placement.start, 2u);
+  EXPECT_EQ(preparer_->CheckpointForTest().claims.at(claim.uid).state,
+            ClaimState::kPrepareCompleted);
+}
+
+TEST_F(DynamicMigTest, OrphanInstancesAreReclaimedAndOwnedOnesKept) {
+  const ClaimRef claim = MakeClaim("kept", Placement(3, "1g.10gb", 0));
+  ASSERT_EQ(preparer_->Prepare({claim})[claim.uid].error, "");
+  auto orphan = source_->CreateMigDevice(inventory_.FindGpuByMinor(3)->uuid, "1g.10gb", 5);
+  ASSERT_TRUE(orphan.ok()) << orphan.status();
+  ASSERT_THAT(Instances(3), SizeIs(2));
+
+  Restart();
+  auto discovered = source_->Discover();
+  ASSERT_TRUE(discovered.ok());
+  auto reclaimed = preparer_->ReclaimOrphanMigInstances(*discovered);
+  ASSERT_TRUE(reclaimed.ok()) << reclaimed.status();
+  EXPECT_EQ(*reclaimed, 1);
+  std::vector<model::MigDevice> left = Instances(3);
+  ASSERT_THAT(left, SizeIs(1));
+  EXPECT_EQ(left[0].placement.start, 0u);
+  // The kept claim still unprepares cleanly.
+  ASSERT_EQ(preparer_->Unprepare({claim})[claim.uid], "");
+  EXPECT_THAT(Instances(3), SizeIs(0));
+}
+
+}  // namespace
+}  // namespace dralens::driver::prepare
