@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <optional>
 #include <set>
 #include <thread>
@@ -266,31 +267,41 @@ absl::Status ClaimPreparer::UpdateCheckpoint(
     batch.swap(pending_);
     commit_mu_.Unlock();
 
-    Checkpoint next;
-    {
-      absl::MutexLock cp(&checkpoint_mu_);
-      next = checkpoint_;
-    }
-    std::vector<PendingUpdate*> applied;
-    for (PendingUpdate* update : batch) {
-      update->result = (*update->mutate)(next);
-      if (update->result.ok()) {
-        applied.push_back(update);
-      }
-    }
-    if (!applied.empty()) {
-      absl::Status saved = store_.Save(next);
-      if (options_.metrics != nullptr) {
-        options_.metrics->RecordCheckpointWrite(saved.ok());
-      }
-      if (saved.ok()) {
+    // Nothing here is expected to throw, but the waiters must be released whatever happens:
+    // an escaping exception would leave them blocked on writing_ for good.
+    try {
+      Checkpoint next;
+      {
         absl::MutexLock cp(&checkpoint_mu_);
-        checkpoint_ = std::move(next);
-      } else {
-        saved = WithReason(saved, FailureReason::kCheckpointError);
-        for (PendingUpdate* update : applied) {
-          update->result = saved;
+        next = checkpoint_;
+      }
+      std::vector<PendingUpdate*> applied;
+      for (PendingUpdate* update : batch) {
+        update->result = (*update->mutate)(next);
+        if (update->result.ok()) {
+          applied.push_back(update);
         }
+      }
+      if (!applied.empty()) {
+        absl::Status saved = store_.Save(next);
+        if (options_.metrics != nullptr) {
+          options_.metrics->RecordCheckpointWrite(saved.ok());
+        }
+        if (saved.ok()) {
+          absl::MutexLock cp(&checkpoint_mu_);
+          checkpoint_ = std::move(next);
+        } else {
+          saved = WithReason(saved, FailureReason::kCheckpointError);
+          for (PendingUpdate* update : applied) {
+            update->result = saved;
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      for (PendingUpdate* update : batch) {
+        update->result =
+            WithReason(absl::InternalError(absl::StrCat("checkpoint update failed: ", e.what())),
+                       FailureReason::kCheckpointError);
       }
     }
 
