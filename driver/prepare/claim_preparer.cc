@@ -384,6 +384,7 @@ absl::StatusOr<model::MigDevice> ClaimPreparer::CreateMigInstance(
     return WithReason(absl::FailedPreconditionError("dynamic MIG without a device source"),
                       FailureReason::kMigError);
   }
+  const absl::Time start = clock_.Now();
   absl::StatusOr<model::MigDevice> created =
       options_.mig_source->CreateMigDevice(mig.parent_uuid, mig.profile, mig.placement_start);
   if (absl::IsUnimplemented(created.status())) {
@@ -393,6 +394,9 @@ absl::StatusOr<model::MigDevice> ClaimPreparer::CreateMigInstance(
                                FailureReason::kMigError));
     created =
         options_.mig_source->CreateMigDevice(mig.parent_uuid, mig.profile, mig.placement_start);
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordMigOperation(/*create=*/true, created.ok(), clock_.Now() - start);
   }
   if (!created.ok()) {
     return WithReason(common::Annotate(created.status(),
@@ -426,7 +430,12 @@ absl::Status ClaimPreparer::DestroyMigInstance(const CheckpointDevice::DynamicMi
     }
   }
   for (const auto& [gi, ci] : instances) {
+    const absl::Time start = clock_.Now();
     absl::Status destroyed = options_.mig_source->DestroyMigInstance(mig.parent_uuid, gi, ci);
+    if (options_.metrics != nullptr) {
+      options_.metrics->RecordMigOperation(
+          /*create=*/false, destroyed.ok() || absl::IsNotFound(destroyed), clock_.Now() - start);
+    }
     if (!destroyed.ok() && !absl::IsNotFound(destroyed)) {
       return WithReason(
           common::Annotate(destroyed, absl::StrCat("destroy MIG instance gi ", gi, " ci ", ci,

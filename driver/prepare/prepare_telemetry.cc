@@ -110,7 +110,10 @@ PrepareMetrics::PrepareMetrics(prometheus::Registry& registry, telemetry::Exempl
       device_state_(telemetry::BuildGauge(registry, "dralens_device_state")),
       device_consumers_(telemetry::BuildGauge(registry, "dralens_device_consumers")),
       mig_devices_(telemetry::BuildGauge(registry, "dralens_mig_devices")),
-      mig_placeable_(telemetry::BuildGauge(registry, "dralens_mig_placeable")) {
+      mig_placeable_(telemetry::BuildGauge(registry, "dralens_mig_placeable")),
+      mig_operations_(telemetry::BuildCounter(registry, "dralens_mig_operations_total")),
+      mig_operation_duration_(
+          telemetry::BuildHistogram(registry, "dralens_mig_operation_duration_seconds")) {
   auto& duration = telemetry::BuildHistogram(registry, "dralens_node_claim_duration_seconds");
   for (Operation op : {Operation::kPrepare, Operation::kUnprepare}) {
     for (bool ok : {true, false}) {
@@ -152,6 +155,13 @@ void PrepareMetrics::ObservePhase(Phase phase, absl::Duration duration) {
 
 void PrepareMetrics::AddInFlight(Operation operation, double delta) {
   in_flight_.Add({{"operation", std::string(ToString(operation))}}).Increment(delta);
+}
+
+void PrepareMetrics::RecordMigOperation(bool create, bool ok, absl::Duration duration) {
+  const std::string operation = create ? "create" : "destroy";
+  mig_operations_.Add({{"operation", operation}, {"result", ok ? "ok" : "error"}}).Increment();
+  mig_operation_duration_.Add({{"operation", operation}}, telemetry::DurationBuckets())
+      .Observe(absl::ToDoubleSeconds(duration));
 }
 
 void PrepareMetrics::RecordCheckpointWrite(bool ok) {

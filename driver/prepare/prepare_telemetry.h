@@ -82,6 +82,8 @@ class PrepareMetrics {
   void ObservePhase(Phase phase, absl::Duration duration);
   void AddInFlight(Operation operation, double delta);
   void RecordCheckpointWrite(bool ok);
+  // One dynamic MIG instance created (`create` true) or destroyed.
+  void RecordMigOperation(bool create, bool ok, absl::Duration duration);
   // One kubelet call; `api` is "v1" or "v1beta1".
   void RecordCall(Operation operation, absl::string_view api, bool all_ok);
 
@@ -128,6 +130,8 @@ class PrepareMetrics {
   prometheus::Family<prometheus::Gauge>& device_consumers_;
   prometheus::Family<prometheus::Gauge>& mig_devices_;
   prometheus::Family<prometheus::Gauge>& mig_placeable_;
+  prometheus::Family<prometheus::Counter>& mig_operations_;
+  prometheus::Family<prometheus::Histogram>& mig_operation_duration_;
   // operation × result
   std::map<std::pair<Operation, bool>, telemetry::ExemplarHistogram> claim_duration_;
 

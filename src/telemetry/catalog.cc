@@ -79,6 +79,18 @@ std::vector<MetricSpec> BuildCatalog() {
        "How many more instances of each MIG profile still fit on the GPU, given the instances "
        "it has and the profile's placement rules. Only GPUs in MIG mode have series."},
 
+      {"dralens_mig_operations_total",
+       K::kCounter,
+       {"operation", "result"},
+       "node",
+       "Dynamic MIG instances created and destroyed (operation create, destroy; result ok, "
+       "error)."},
+      {"dralens_mig_operation_duration_seconds",
+       K::kHistogram,
+       {"operation"},
+       "node",
+       "Time to create or destroy one dynamic MIG instance (GPU and compute instance)."},
+
       // NodePrepareResources / NodeUnprepareResources.
       {"dralens_node_requests_total",
        K::kCounter,

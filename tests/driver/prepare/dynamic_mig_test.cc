@@ -1,5 +1,6 @@
 // Dynamic MIG in the preparer: a claim for a published placement creates the instance on
 // prepare and destroys it on unprepare; failures and crashes leave no instance behind.
+#include <map>
 #include <memory>
 #include <string>
 
@@ -11,9 +12,11 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
+#include "src/telemetry/exemplar.h"
 #include "tests/driver/prepare/prepare_test_util.h"
 
 namespace dralens::driver::prepare {
@@ -61,6 +64,7 @@ class DynamicMigTest : public ::testing::Test {
     options.pool_name = kNode;
     options.dynamic_mig = true;
     options.mig_source = source_.get();
+    options.metrics = &metrics_;
     auto preparer = ClaimPreparer::Create(options, *rest_, *store_, *cdi_, *states_, inventory_);
     ASSERT_TRUE(preparer.ok()) << preparer.status();
     preparer_ = *std::move(preparer);
@@ -105,7 +109,29 @@ class DynamicMigTest : public ::testing::Test {
     return out;
   }
 
+  // dralens_mig_operations_total{operation, result}.
+  double MigOperations(const std::string& operation, const std::string& result) {
+    for (const prometheus::MetricFamily& f : registry_.Collect()) {
+      if (f.name != "dralens_mig_operations_total") {
+        continue;
+      }
+      for (const prometheus::ClientMetric& m : f.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label) {
+          labels[l.name] = l.value;
+        }
+        if (labels["operation"] == operation && labels["result"] == result) {
+          return m.counter.value;
+        }
+      }
+    }
+    return 0;
+  }
+
   TempDir dir_;
+  prometheus::Registry registry_;
+  telemetry::ExemplarStore exemplars_;
+  PrepareMetrics metrics_{registry_, exemplars_};
   sim::ApiServer server_;
   std::unique_ptr<k8s::RestClient> rest_;
   std::unique_ptr<discovery::SimulatedDeviceSource> source_;
@@ -147,6 +173,8 @@ TEST_F(DynamicMigTest, PrepareCreatesTheInstanceAndUnprepareDestroysIt) {
   ASSERT_EQ(preparer_->Unprepare({claim})[claim.uid], "");
   EXPECT_THAT(Instances(0), SizeIs(0));
   EXPECT_TRUE(preparer_->CheckpointForTest().claims.empty());
+  EXPECT_EQ(MigOperations("create", "ok"), 1);
+  EXPECT_EQ(MigOperations("destroy", "ok"), 1);
 }
 
 TEST_F(DynamicMigTest, DisjointPlacementsCoexistAndAFailedCreateLeavesNothing) {
@@ -161,6 +189,7 @@ TEST_F(DynamicMigTest, DisjointPlacementsCoexistAndAFailedCreateLeavesNothing) {
   const ClaimRef c = MakeClaim("c", Placement(1, "1g.10gb", 1));
   out = preparer_->Prepare({c});
   EXPECT_THAT(out[c.uid].error, HasSubstr("create MIG 1g.10gb"));
+  EXPECT_EQ(MigOperations("create", "error"), 1);
   EXPECT_THAT(Instances(1), SizeIs(2));
   EXPECT_EQ(preparer_->CheckpointForTest().claims.count(c.uid), 0u);
   EXPECT_FALSE(std::filesystem::exists(dir_.Join("cdi/" + CdiSpecFileName(c.uid))));
