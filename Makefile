@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
-.PHONY: demo test deps configure build format check-format clean crash-loop bench
+.PHONY: demo test deps configure build format check-format clean crash-loop bench sanitize
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
 # it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
@@ -20,6 +20,15 @@ CRASH_ROUNDS ?= 25
 crash-loop: build
 	DRALENS_CRASH_ROUNDS=$(CRASH_ROUNDS) ./$(BUILD_DIR)/tests/integration_test \
 	  --gtest_filter='*CrashAtEveryStep*'
+
+# The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer (debug build, its own
+# build folder); about 10 minutes on 2 cores.
+sanitize: deps
+	cmake -B build-asan -S . -G Ninja $(CMAKE_FLAGS) -DDRALENS_ENABLE_SANITIZERS=ON \
+	  -DCMAKE_BUILD_TYPE=Debug
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600
 
 deps:
 	./.ci/install-deps all

@@ -166,7 +166,9 @@ TEST_F(HealthMonitorTest, TaintsAreCappedWithNoScheduleFirst) {
     monitor.Apply(Xid(gpu1_, xid));
   }
   std::vector<std::string> taints;
-  for (const model::DeviceTaint& taint : monitor.Taints()["gpu-1"]) {
+  // Keep the map alive: a range-for over a member of a temporary would read freed memory.
+  const auto all = monitor.Taints();
+  for (const model::DeviceTaint& taint : all.at("gpu-1")) {
     taints.push_back(taint.value + ":" + taint.effect);
   }
   EXPECT_THAT(taints, ElementsAre("48:NoSchedule", "74:NoSchedule", "13:None", "31:None"));
