@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "src/common/gzip.h"
 #include "src/common/log.h"
 #include "src/telemetry/catalog.h"
 #include "src/telemetry/exposition.h"
@@ -92,7 +93,7 @@ absl::Status MetricsServer::Start(const std::string& address) {
     // not one it knows, so that one is compressed here.
     if (format == telemetry::ExpositionFormat::kOpenMetrics &&
         telemetry::AcceptsGzip(req.get_header_value("Accept-Encoding"))) {
-      absl::StatusOr<std::string> gz = telemetry::Gzip(body);
+      absl::StatusOr<std::string> gz = common::Gzip(body);
       if (gz.ok()) {
         body = *std::move(gz);
         res.set_header("Content-Encoding", "gzip");

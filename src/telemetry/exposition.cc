@@ -1,7 +1,5 @@
 #include "src/telemetry/exposition.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -324,29 +322,6 @@ std::string Render(const std::vector<MetricFamily>& families, const ExemplarStor
   if (om) {
     out.append("# EOF\n");
   }
-  return out;
-}
-
-absl::StatusOr<std::string> Gzip(absl::string_view data) {
-  z_stream zs{};
-  // windowBits 15 + 16 asks zlib for a gzip header and trailer.
-  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
-      Z_OK) {
-    return absl::InternalError("gzip: deflateInit2 failed");
-  }
-  std::string out;
-  out.resize(deflateBound(&zs, data.size()) + 32);
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  zs.avail_in = static_cast<uInt>(data.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&zs, Z_FINISH);
-  const size_t written = zs.total_out;
-  deflateEnd(&zs);
-  if (rc != Z_STREAM_END) {
-    return absl::InternalError(absl::StrCat("gzip: deflate returned ", rc));
-  }
-  out.resize(written);
   return out;
 }
 

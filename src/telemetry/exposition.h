@@ -49,7 +49,4 @@ std::string Render(const std::vector<prometheus::MetricFamily>& families,
 // otherwise the shortest text that reads back as the same double.
 std::string FormatValue(double value);
 
-// gzip (RFC 1952) of `data`.
-absl::StatusOr<std::string> Gzip(absl::string_view data);
-
 }  // namespace dralens::telemetry

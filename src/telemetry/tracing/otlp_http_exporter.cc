@@ -1,7 +1,6 @@
 #include "src/telemetry/tracing/otlp_http_exporter.h"
 
 #include <httplib.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <optional>
@@ -11,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "src/common/gzip.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 
@@ -142,28 +142,6 @@ absl::StatusOr<HttpUrl> ParseHttpUrl(absl::string_view url) {
   return out;
 }
 
-absl::StatusOr<std::string> GzipCompress(absl::string_view data) {
-  z_stream stream{};
-  // windowBits 15 + 16 selects the gzip wrapper rather than zlib's.
-  if (deflateInit2(&stream, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
-      Z_OK) {
-    return absl::InternalError("gzip: deflateInit2 failed");
-  }
-  std::string out(deflateBound(&stream, data.size()), '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&stream, Z_FINISH);
-  const size_t written = stream.total_out;
-  deflateEnd(&stream);
-  if (rc != Z_STREAM_END) {
-    return absl::InternalError(absl::StrCat("gzip: deflate returned ", rc));
-  }
-  out.resize(written);
-  return out;
-}
-
 absl::StatusOr<std::unique_ptr<OtlpHttpExporter>> OtlpHttpExporter::Create(
     OtlpHttpExporterOptions options, TracingStats& stats, common::Clock& clock) {
   absl::StatusOr<HttpUrl> url = ParseHttpUrl(options.url);
@@ -241,7 +219,7 @@ ExportResult OtlpHttpExporter::Export(absl::Span<const SpanData> spans,
     std::string body = EncodeTraceRequest(options_.resource, options_.scope, spans);
     bool gzipped = false;
     if (options_.gzip) {
-      absl::StatusOr<std::string> compressed = GzipCompress(body);
+      absl::StatusOr<std::string> compressed = common::Gzip(body);
       if (compressed.ok()) {
         body = *std::move(compressed);
         gzipped = true;

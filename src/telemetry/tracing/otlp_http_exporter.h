@@ -37,9 +37,6 @@ struct HttpUrl {
 // User info and fragments are rejected.
 absl::StatusOr<HttpUrl> ParseHttpUrl(absl::string_view url);
 
-// `data` as a gzip member (RFC 1952), for `Content-Encoding: gzip`.
-absl::StatusOr<std::string> GzipCompress(absl::string_view data);
-
 struct OtlpHttpExporterOptions {
   // The full traces URL, e.g. "http://collector:4318/v1/traces".
   std::string url = "http://localhost:4318/v1/traces";

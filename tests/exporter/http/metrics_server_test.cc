@@ -2,7 +2,6 @@
 #include "exporter/http/metrics_server.h"
 
 #include <httplib.h>
-#include <zlib.h>
 
 #include <atomic>
 #include <string>
@@ -18,6 +17,7 @@
 #include "prometheus/registry.h"
 #include "src/telemetry/exemplar.h"
 #include "src/telemetry/exposition.h"
+#include "tests/testing/gunzip.h"
 
 namespace dralens::exporter {
 namespace {
@@ -29,25 +29,6 @@ constexpr char kTrace[] = "0af7651916cd43dd8448eb211c80319c";
 constexpr char kPrometheusAccept[] =
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-
-std::string Gunzip(const std::string& gz) {
-  z_stream zs{};
-  EXPECT_EQ(inflateInit2(&zs, 15 + 16), Z_OK);
-  std::string out;
-  char buf[16384];
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-  zs.avail_in = static_cast<uInt>(gz.size());
-  int rc = Z_OK;
-  while (rc == Z_OK) {
-    zs.next_out = reinterpret_cast<Bytef*>(buf);
-    zs.avail_out = sizeof(buf);
-    rc = inflate(&zs, Z_NO_FLUSH);
-    out.append(buf, sizeof(buf) - zs.avail_out);
-  }
-  EXPECT_EQ(rc, Z_STREAM_END);
-  inflateEnd(&zs);
-  return out;
-}
 
 class MetricsServerTest : public ::testing::Test {
  protected:
@@ -104,7 +85,8 @@ TEST_F(MetricsServerTest, GzipInBothFormatsWhenAccepted) {
     auto res = Get("/metrics", {{"Accept", accept}, {"Accept-Encoding", "gzip"}});
     ASSERT_TRUE(res);
     EXPECT_EQ(res->get_header_value("Content-Encoding"), "gzip");
-    EXPECT_THAT(Gunzip(res->body), HasSubstr("dralens_prepare_duration_seconds_count 1"));
+    EXPECT_THAT(::dralens::testing::Gunzip(res->body),
+                HasSubstr("dralens_prepare_duration_seconds_count 1"));
   }
   auto plain = Get("/metrics", {{"Accept", kPrometheusAccept}});
   ASSERT_TRUE(plain);

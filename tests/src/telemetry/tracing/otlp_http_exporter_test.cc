@@ -126,17 +126,6 @@ TEST_F(OtlpHttpExporterTest, GzipWhenAsked) {
   EXPECT_LT(std::stoul(requests[0].Header("Content-Length")), body.size() / 4);
 }
 
-TEST(GzipTest, RoundTrips) {
-  const std::string text(100000, 'x');
-  absl::StatusOr<std::string> compressed = GzipCompress(text);
-  ASSERT_TRUE(compressed.ok());
-  EXPECT_LT(compressed->size(), 1000u);
-  EXPECT_EQ(testing::Gunzip(*compressed), text);
-  absl::StatusOr<std::string> empty = GzipCompress("");
-  ASSERT_TRUE(empty.ok());
-  EXPECT_EQ(testing::Gunzip(*empty), "");
-}
-
 TEST_F(OtlpHttpExporterTest, RetriesOn503ThenSucceeds) {
   receiver_.Script({{.status = 503}, {.status = 503}, {.status = 200}});
   auto exporter = MakeExporter(receiver_.traces_url());

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <httplib.h>
-#include <zlib.h>
 
 #include <cstdlib>
 #include <deque>
@@ -18,8 +17,11 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "src/common/clock.h"
+#include "tests/testing/gunzip.h"
 
 namespace dralens::telemetry::testing {
+
+using ::dralens::testing::Gunzip;
 
 // Time moves only by SleepFor(), which returns immediately: retry waits become exact and free.
 class SteppingClock : public common::Clock {
@@ -63,31 +65,6 @@ struct ReceivedRequest {
     return it == headers.end() ? "" : it->second;
   }
 };
-
-// Decompresses a gzip member; empty on error.
-inline std::string Gunzip(const std::string& data) {
-  z_stream stream{};
-  if (inflateInit2(&stream, 15 + 16) != Z_OK) {
-    return "";
-  }
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  std::string out;
-  char buffer[16384];
-  int rc;
-  do {
-    stream.next_out = reinterpret_cast<Bytef*>(buffer);
-    stream.avail_out = sizeof(buffer);
-    rc = inflate(&stream, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      inflateEnd(&stream);
-      return "";
-    }
-    out.append(buffer, sizeof(buffer) - stream.avail_out);
-  } while (rc != Z_STREAM_END);
-  inflateEnd(&stream);
-  return out;
-}
 
 // A CA and a server certificate for 127.0.0.1, made with the openssl CLI in `dir`.
 struct TestPki {
