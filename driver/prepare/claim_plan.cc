@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "driver/prepare/prepare_telemetry.h"
 #include "driver/slices/slice_builder.h"
 #include "src/common/status.h"
 
@@ -63,7 +64,9 @@ absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::str
                                     const CdiHostInfo& host) {
   const std::string key = absl::StrCat(claim.metadata.namespace_name, "/", claim.metadata.name);
   if (!claim.status.allocation.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat("claim ", key, " is not allocated"));
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat("claim ", key, " is not allocated")),
+        FailureReason::kNotAllocated);
   }
   ClaimPlan plan;
   std::vector<CdiDeviceInput> cdi_inputs;
@@ -74,18 +77,22 @@ absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::str
     if (r.pool != pool) {
       // Our pools are node-local, so our device in another pool is another node's: the claim
       // was not allocated for this node, and preparing the rest of it would be wrong.
-      return absl::FailedPreconditionError(absl::StrCat(
-          "claim ", key, ": request \"", r.request, "\" is allocated device \"", r.device,
-          "\" in pool \"", r.pool, "\", but this node serves pool \"", pool, "\""));
+      return WithReason(
+          absl::FailedPreconditionError(absl::StrCat(
+              "claim ", key, ": request \"", r.request, "\" is allocated device \"", r.device,
+              "\" in pool \"", r.pool, "\", but this node serves pool \"", pool, "\"")),
+          FailureReason::kForeignDevice);
     }
     auto it = devices.find(r.device);
     if (it == devices.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("claim ", key, ": request \"", r.request, "\" is allocated device \"",
-                       r.device, "\" in pool \"", r.pool, "\", which this node does not have"));
+      return WithReason(
+          absl::FailedPreconditionError(
+              absl::StrCat("claim ", key, ": request \"", r.request, "\" is allocated device \"",
+                           r.device, "\" in pool \"", r.pool, "\", which this node does not have")),
+          FailureReason::kForeignDevice);
     }
     const OwnedDevice& owned = it->second;
-    RETURN_IF_ERROR(ValidateCdiDeviceName(owned.name));
+    RETURN_IF_ERROR(WithReason(ValidateCdiDeviceName(owned.name), FailureReason::kForeignDevice));
     CheckpointDevice d;
     d.request_names = {StripSubRequest(r.request)};
     d.pool = r.pool;

@@ -55,8 +55,9 @@ struct ClaimPlan {
 // Selects the allocation results for `driver` in `pool`, resolves each device against
 // `devices` and computes the answer and the CDI spec. Errors (FailedPrecondition) name the
 // claim: not allocated, a result for our driver in another pool (our pools are node-local, so
-// that device belongs to another node), or one naming a device this node does not have.
-// Results for other drivers are skipped.
+// that device belongs to another node), or one naming a device this node does not have. Each
+// carries its FailureReason (not_allocated, foreign_device). Results for other drivers are
+// skipped.
 absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::string_view driver,
                                     absl::string_view pool,
                                     const std::map<std::string, OwnedDevice>& devices,

@@ -537,11 +537,6 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
                                        ref.uid, ", the API server has UID ", claim->metadata.uid)),
                       FailureReason::kClaimReplaced);
   }
-  if (!claim->status.allocation.has_value()) {
-    return WithReason(absl::FailedPreconditionError(
-                          absl::StrCat(context, ": claim ", Key(ref), " is not allocated")),
-                      FailureReason::kNotAllocated);
-  }
 
   std::shared_ptr<const std::map<std::string, OwnedDevice>> devices;
   {
@@ -551,7 +546,7 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
   absl::StatusOr<ClaimPlan> plan =
       PlanClaim(*claim, options_.driver_name, options_.pool_name, *devices, options_.cdi_host);
   if (!plan.ok()) {
-    return WithReason(common::Annotate(plan.status(), context), FailureReason::kForeignDevice);
+    return common::Annotate(plan.status(), context);  // PlanClaim's error says which reason
   }
   telemetry.SetAttribute("dra.driver", options_.driver_name);
   telemetry.SetAttribute("dra.device.count", static_cast<int64_t>(plan->devices.size()));
