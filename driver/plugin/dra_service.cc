@@ -164,13 +164,17 @@ class CallScope {
                         absl::StrCat("k8s.io.kubelet.pkg.apis.dra.", api, ".DRAPlugin"));
     span_->SetAttribute("rpc.method", method);
     span_->SetAttribute("dra.claims", static_cast<int64_t>(claims.size()));
-    for (const ClaimRef& claim : claims) {
-      // The claim's own span lives in its lifecycle trace; this event says which one.
-      span_->AddEvent("claim",
-                      {{"k8s.resourceclaim.uid", claim.uid},
-                       {"k8s.namespace.name", claim.namespace_name},
-                       {"k8s.resourceclaim.name", claim.name},
-                       {"claim.trace_id", telemetry::TraceIdFromClaimUid(claim.uid).ToHex()}});
+    // Built only for a recording span: with tracing off this would hash every claim UID and
+    // copy its strings on each kubelet call for nothing.
+    if (span_->IsRecording()) {
+      for (const ClaimRef& claim : claims) {
+        // The claim's own span lives in its lifecycle trace; this event says which one.
+        span_->AddEvent("claim",
+                        {{"k8s.resourceclaim.uid", claim.uid},
+                         {"k8s.namespace.name", claim.namespace_name},
+                         {"k8s.resourceclaim.name", claim.name},
+                         {"claim.trace_id", telemetry::TraceIdFromClaimUid(claim.uid).ToHex()}});
+      }
     }
   }
 

@@ -46,10 +46,11 @@ MetricsServer::MetricsServer(std::shared_ptr<prometheus::Registry> registry, Rea
     : registry_(std::move(registry)),
       ready_(std::move(ready)),
       exemplars_(exemplars),
-      scrape_duration_(telemetry::BuildHistogram(*registry_, "dralens_scrape_duration_seconds")) {
-  for (const char* format : {"text", "openmetrics"}) {
-    scrape_duration_.Add({{"format", format}}, ScrapeBuckets());
-  }
+      scrape_text_(nullptr),
+      scrape_openmetrics_(nullptr) {
+  auto& family = telemetry::BuildHistogram(*registry_, "dralens_scrape_duration_seconds");
+  scrape_text_ = &family.Add({{"format", "text"}}, ScrapeBuckets());
+  scrape_openmetrics_ = &family.Add({{"format", "openmetrics"}}, ScrapeBuckets());
 }
 
 MetricsServer::~MetricsServer() { Stop(); }
@@ -84,11 +85,8 @@ absl::Status MetricsServer::Start(const std::string& address) {
     std::string body = telemetry::Render(families, exemplars_, format);
     // Observed after rendering, so a scrape reports the one before it: that is what a
     // collector can do without rendering twice.
-    scrape_duration_
-        .Add({{"format",
-               format == telemetry::ExpositionFormat::kOpenMetrics ? "openmetrics" : "text"}},
-             ScrapeBuckets())
-        .Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    (format == telemetry::ExpositionFormat::kOpenMetrics ? scrape_openmetrics_ : scrape_text_)
+        ->Observe(absl::ToDoubleSeconds(absl::Now() - start));
     // httplib gzips text/* bodies itself when the client accepts it; OpenMetrics' media type is
     // not one it knows, so that one is compressed here.
     if (format == telemetry::ExpositionFormat::kOpenMetrics &&

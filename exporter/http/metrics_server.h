@@ -55,7 +55,9 @@ class MetricsServer {
   std::shared_ptr<prometheus::Registry> registry_;
   ReadinessCheck ready_;
   const telemetry::ExemplarStore* exemplars_;
-  prometheus::Family<prometheus::Histogram>& scrape_duration_;
+  // dralens_scrape_duration_seconds{format="text"} and {format="openmetrics"}.
+  prometheus::Histogram* scrape_text_;
+  prometheus::Histogram* scrape_openmetrics_;
   std::vector<const prometheus::Collectable*> collectables_;
   std::vector<std::pair<std::string, std::function<nlohmann::json()>>> json_endpoints_;
   std::unique_ptr<httplib::Server> server_;

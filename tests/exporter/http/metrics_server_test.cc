@@ -93,6 +93,17 @@ TEST_F(MetricsServerTest, GzipInBothFormatsWhenAccepted) {
   EXPECT_EQ(plain->get_header_value("Content-Encoding"), "");
 }
 
+TEST_F(MetricsServerTest, EachScrapeIsTimedByFormat) {
+  ASSERT_TRUE(Get("/metrics"));
+  ASSERT_TRUE(Get("/metrics", {{"Accept", kPrometheusAccept}}));
+  // The third scrape reports the two before it.
+  auto res = Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_THAT(res->body, HasSubstr("dralens_scrape_duration_seconds_count{format=\"text\"} 1\n"));
+  EXPECT_THAT(res->body,
+              HasSubstr("dralens_scrape_duration_seconds_count{format=\"openmetrics\"} 1\n"));
+}
+
 TEST_F(MetricsServerTest, ReadinessSaysWhatIsMissing) {
   auto res = Get("/readyz");
   ASSERT_TRUE(res);
