@@ -103,12 +103,8 @@ struct Result {
 class ClaimPreparerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(server_.Start().ok());
-    k8s::RestConfig config;
-    config.server = server_.url();
-    auto rest = k8s::RestClient::FromConfig(config);
-    ASSERT_TRUE(rest.ok()) << rest.status();
-    rest_ = *std::move(rest);
+    rest_ = testing::StartApiServer(server_);
+    ASSERT_NE(rest_, nullptr);
     counting_ = std::make_unique<CountingClient>(*rest_);
 
     auto profile = discovery::ParseSimulatedProfileJson(kProfile);

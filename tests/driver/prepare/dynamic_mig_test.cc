@@ -35,12 +35,8 @@ constexpr char kNs[] = "ml";
 class DynamicMigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(server_.Start().ok());
-    k8s::RestConfig config;
-    config.server = server_.url();
-    auto rest = k8s::RestClient::FromConfig(config);
-    ASSERT_TRUE(rest.ok()) << rest.status();
-    rest_ = *std::move(rest);
+    rest_ = testing::StartApiServer(server_);
+    ASSERT_NE(rest_, nullptr);
     auto profile = discovery::BuiltinSimulatedProfile("dgx-h100");
     ASSERT_TRUE(profile.ok()) << profile.status();
     auto source = discovery::SimulatedDeviceSource::Create(*profile, kNode);
@@ -83,19 +79,8 @@ class DynamicMigTest : public ::testing::Test {
   }
 
   ClaimRef MakeClaim(const std::string& name, const std::string& device) {
-    json claim = json::parse(R"({
-      "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-      "metadata": {"namespace": "ml"},
-      "spec": {"devices": {"requests": [
-        {"name": "slice", "exactly": {"deviceClassName": "mig.dralens.dev"}}]}}})");
-    claim["metadata"]["name"] = name;
-    auto created = rest_->Create(k8s::kResourceClaims, kNs, claim);
-    EXPECT_TRUE(created.ok()) << created.status();
-    json obj = *created;
-    json result = {{"request", "slice"}, {"driver", kDriver}, {"pool", kNode}, {"device", device}};
-    obj["status"]["allocation"]["devices"]["results"] = json::array({result});
-    EXPECT_TRUE(rest_->Update(k8s::kResourceClaims, kNs, obj, "status").ok());
-    return {kNs, (*created)["metadata"]["uid"].get<std::string>(), name};
+    return testing::CreateClaim(*rest_, kNs, name, "slice", "mig.dralens.dev", kDriver, kNode,
+                                device);
   }
 
   // The MIG instances that exist on GPU `minor` right now.

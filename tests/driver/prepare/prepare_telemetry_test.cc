@@ -74,12 +74,8 @@ std::optional<double> Value(prometheus::Registry& registry, const std::string& f
 class PrepareTelemetryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(server_.Start().ok());
-    k8s::RestConfig config;
-    config.server = server_.url();
-    auto rest = k8s::RestClient::FromConfig(config);
-    ASSERT_TRUE(rest.ok()) << rest.status();
-    rest_ = *std::move(rest);
+    rest_ = testing::StartApiServer(server_);
+    ASSERT_NE(rest_, nullptr);
     auto source = discovery::MakeDeviceSource("simulated", "dgx-h100", kNode);
     ASSERT_TRUE(source.ok()) << source.status();
     auto inventory = (*source)->Discover();
@@ -108,24 +104,7 @@ class PrepareTelemetryTest : public ::testing::Test {
 
   // Creates a claim; allocates `device` to it unless empty.
   ClaimRef MakeClaim(const std::string& name, const std::string& device) {
-    json claim = json::parse(R"({
-      "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-      "metadata": {"namespace": "ml"},
-      "spec": {"devices": {"requests": [
-        {"name": "gpu", "exactly": {"deviceClassName": "gpu.dralens.dev"}}]}}})");
-    claim["metadata"]["name"] = name;
-    auto created = rest_->Create(k8s::kResourceClaims, kNs, claim);
-    EXPECT_TRUE(created.ok()) << created.status();
-    if (!created.ok()) {
-      return {};
-    }
-    if (!device.empty()) {
-      json obj = *created;
-      json result = {{"request", "gpu"}, {"driver", kDriver}, {"pool", kNode}, {"device", device}};
-      obj["status"]["allocation"]["devices"]["results"] = json::array({result});
-      EXPECT_TRUE(rest_->Update(k8s::kResourceClaims, kNs, obj, "status").ok());
-    }
-    return {kNs, (*created)["metadata"]["uid"].get<std::string>(), name};
+    return testing::CreateClaim(*rest_, kNs, name, "gpu", kDriver, kDriver, kNode, device);
   }
 
   std::vector<telemetry::SpanData> SpansNamed(const std::string& name) {

@@ -7,12 +7,17 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "driver/prepare/claim_handler.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "src/common/log.h"
+#include "src/k8s/rest_client.h"
+#include "src/sim/api_server.h"
 
 namespace dralens::driver::prepare::testing {
 
@@ -57,6 +62,44 @@ inline std::vector<std::string> ListDir(const std::string& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Starts `server` and returns a client for it (null, with a test failure, if either fails).
+inline std::unique_ptr<k8s::RestClient> StartApiServer(sim::ApiServer& server) {
+  absl::Status started = server.Start();
+  EXPECT_TRUE(started.ok()) << started;
+  k8s::RestConfig config;
+  config.server = server.url();
+  auto client = k8s::RestClient::FromConfig(config);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+// Creates ResourceClaim `ns`/`name` with one request for `device_class` and, unless `device` is
+// empty, allocates `device` of `driver`/`pool` to that request, as the scheduler would.
+inline ClaimRef CreateClaim(k8s::KubeClient& client, const std::string& ns, const std::string& name,
+                            const std::string& request, const std::string& device_class,
+                            const std::string& driver, const std::string& pool,
+                            const std::string& device) {
+  nlohmann::json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                          {"kind", "ResourceClaim"},
+                          {"metadata", {{"namespace", ns}, {"name", name}}}};
+  claim["spec"]["devices"]["requests"] = nlohmann::json::array(
+      {{{"name", request}, {"exactly", {{"deviceClassName", device_class}}}}});
+  auto created = client.Create(k8s::kResourceClaims, ns, claim);
+  EXPECT_TRUE(created.ok()) << created.status();
+  if (!created.ok()) {
+    return {};
+  }
+  if (!device.empty()) {
+    nlohmann::json obj = *created;
+    nlohmann::json result = {
+        {"request", request}, {"driver", driver}, {"pool", pool}, {"device", device}};
+    obj["status"]["allocation"]["devices"]["results"] = nlohmann::json::array({result});
+    auto updated = client.Update(k8s::kResourceClaims, ns, obj, "status");
+    EXPECT_TRUE(updated.ok()) << updated.status();
+  }
+  return {ns, (*created)["metadata"]["uid"].get<std::string>(), name};
 }
 
 // Captures log lines for the lifetime of the object.
