@@ -91,6 +91,16 @@ std::vector<MetricSpec> BuildCatalog() {
        "node",
        "Time to create or destroy one dynamic MIG instance (GPU and compute instance)."},
 
+      // GPU sharing.
+      {"dralens_sharing_decisions_total",
+       K::kCounter,
+       {"strategy", "result", "reason"},
+       "node",
+       "Sharing decisions taken while preparing a device, by strategy (exclusive, "
+       "time_slicing, mps, shared_claim, consumable), result (granted, refused) and reason "
+       "(none when granted; otherwise device_busy, over_capacity, mixed_strategy, "
+       "invalid_config, apply_error)."},
+
       // NodePrepareResources / NodeUnprepareResources.
       {"dralens_node_requests_total",
        K::kCounter,
@@ -164,6 +174,73 @@ std::vector<MetricSpec> BuildCatalog() {
        {},
        "node",
        "ResourceSlices in this node's published pool."},
+
+      // Cluster role: claims.
+      {"dralens_cluster_claims",
+       K::kGauge,
+       {"state", "device_class", "namespace"},
+       "cluster",
+       "ResourceClaims by state (pending, allocated, reserved, in_use), DeviceClass of their "
+       "first request and namespace. in_use: a pod that reserved the claim is running."},
+      {"dralens_cluster_pending_claims",
+       K::kGauge,
+       {"device_class", "reason"},
+       "cluster",
+       "Pending claims by DeviceClass and reason (waiting_for_pod, no_capacity, "
+       "unsatisfiable, tainted, unknown)."},
+      {"dralens_cluster_pending_claim_age_seconds",
+       K::kGauge,
+       {"namespace", "claim", "device_class", "reason"},
+       "cluster",
+       "Age of each pending claim, with the reason it pends. The series is deleted when the "
+       "claim is allocated or deleted."},
+      {"dralens_cluster_allocation_latency_seconds",
+       K::kHistogram,
+       {"device_class"},
+       "cluster",
+       "Time from a claim's creation to its allocation, observed once per claim."},
+      {"dralens_cluster_claim_transitions_total",
+       K::kCounter,
+       {"to"},
+       "cluster",
+       "Claim lifecycle transitions observed (created, allocated, reserved, in_use, "
+       "released, deleted); each is an event on the claim's lifecycle trace."},
+
+      // Cluster role: capacity.
+      {"dralens_cluster_pool_devices",
+       K::kGauge,
+       {"node", "driver", "device_class", "product", "state"},
+       "cluster",
+       "Published devices by node, driver, matching DeviceClass, product and state (free, "
+       "allocated, tainted). A device that matches several classes counts once in each."},
+      {"dralens_cluster_stranded_devices",
+       K::kGauge,
+       {"kind", "node", "device_class"},
+       "cluster",
+       "Devices stranded right now, by kind: allocated_not_running, free_while_pending, "
+       "unplaceable_fragment, advertised_unhealthy."},
+      {"dralens_cluster_stranded_device_seconds_total",
+       K::kCounter,
+       {"kind", "node", "device_class"},
+       "cluster",
+       "Device-seconds spent stranded, by kind."},
+      {"dralens_cluster_stranded_cost_total",
+       K::kCounter,
+       {"kind", "node", "device_class"},
+       "cluster",
+       "Cost of stranded device-seconds at the configured price per device-hour, in the "
+       "price's currency."},
+      {"dralens_cluster_mig_placeable",
+       K::kGauge,
+       {"node", "gpu", "profile"},
+       "cluster",
+       "How many more instances of each MIG profile fit on each GPU, from the published shared "
+       "counters and the current allocations (any driver that publishes counters)."},
+      {"dralens_cluster_leader",
+       K::kGauge,
+       {},
+       "cluster",
+       "1 while this replica holds the leader lease and exports cluster series, else 0."},
   };
 }
 
