@@ -78,6 +78,17 @@ json EditsToJson(const CdiContainerEdits& edits) {
     }
     out["deviceNodes"] = std::move(nodes);
   }
+  if (!edits.mounts.empty()) {
+    json mounts = json::array();
+    for (const CdiMount& m : edits.mounts) {
+      json mount = {{"hostPath", m.host_path}, {"containerPath", m.container_path}};
+      if (!m.options.empty()) {
+        mount["options"] = m.options;
+      }
+      mounts.push_back(std::move(mount));
+    }
+    out["mounts"] = std::move(mounts);
+  }
   return out;
 }
 

@@ -49,11 +49,20 @@ struct CdiDeviceNode {
   bool operator==(const CdiDeviceNode&) const = default;
 };
 
+struct CdiMount {
+  std::string host_path;
+  std::string container_path;
+  std::vector<std::string> options;  // e.g. {"rw", "bind"}
+
+  bool operator==(const CdiMount&) const = default;
+};
+
 struct CdiContainerEdits {
   std::vector<std::string> env;
   std::vector<CdiDeviceNode> device_nodes;
+  std::vector<CdiMount> mounts;
 
-  bool empty() const { return env.empty() && device_nodes.empty(); }
+  bool empty() const { return env.empty() && device_nodes.empty() && mounts.empty(); }
   bool operator==(const CdiContainerEdits&) const = default;
 };
 

@@ -51,6 +51,17 @@ json EncodeDevice(const CheckpointDevice& d) {
     }
     out["dynamicMig"] = std::move(mig);
   }
+  if (d.sharing.has_value()) {
+    json sharing = {{"strategy", d.sharing->strategy},
+                    {"config", sharing::EncodeSharing(d.sharing->config)}};
+    if (!d.sharing->mps_owner_claim_uid.empty()) {
+      sharing["mpsOwner"] = d.sharing->mps_owner_claim_uid;
+    }
+    if (d.sharing->consumed_memory.has_value()) {
+      sharing["consumedMemory"] = d.sharing->consumed_memory->String();
+    }
+    out["sharing"] = std::move(sharing);
+  }
   return out;
 }
 
@@ -152,6 +163,35 @@ absl::StatusOr<CheckpointDevice> DecodeDevice(const json& d, const std::string& 
       ASSIGN_OR_RETURN(mig.ci_id, Uint32(*it, mig_path, "ciID"));
     }
     out.dynamic_mig = std::move(mig);
+  }
+  if (auto it = d.find("sharing"); it != d.end()) {
+    const std::string sharing_path = path + ".sharing";
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(sharing_path, ": expected object"));
+    }
+    CheckpointDevice::Sharing sharing;
+    ASSIGN_OR_RETURN(sharing.strategy, Str(*it, sharing_path, "strategy"));
+    if (auto config = it->find("config"); config != it->end()) {
+      absl::StatusOr<sharing::SharingConfig> decoded =
+          sharing::DecodeSharingBlock(*config, sharing::ConfigKind::kGpuConfig);
+      if (!decoded.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(sharing_path, ".config: ", decoded.status().message()));
+      }
+      sharing.config = *std::move(decoded);
+    }
+    ASSIGN_OR_RETURN(sharing.mps_owner_claim_uid,
+                     Str(*it, sharing_path, "mpsOwner", /*required=*/false));
+    if (it->contains("consumedMemory")) {
+      ASSIGN_OR_RETURN(std::string memory, Str(*it, sharing_path, "consumedMemory"));
+      absl::StatusOr<common::Quantity> q = common::Quantity::Parse(memory);
+      if (!q.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(sharing_path, ".consumedMemory: ", q.status().message()));
+      }
+      sharing.consumed_memory = *q;
+    }
+    out.sharing = std::move(sharing);
   }
   return out;
 }

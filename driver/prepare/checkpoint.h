@@ -16,7 +16,11 @@
 //           "requests": ["gpu"], "pool": "node-a", "device": "gpu-0",
 //           "cdiDeviceIDs": ["k8s.gpu.dralens.dev/claim=<uid>-gpu-0"],
 //           "shareID": "...",                       // optional
-//           "type": "gpu" | "mig", "uuid": "GPU-..."
+//           "type": "gpu" | "mig", "uuid": "GPU-...",
+//           "dynamicMig": {...},                    // optional, see DynamicMig
+//           "sharing": {"strategy": "mps",          // optional, see Sharing
+//                       "config": {"strategy": "MPS", "mpsConfig": {...}},
+//                       "mpsOwner": "<claim uid>", "consumedMemory": "10Gi"}
 //         }]
 //       }
 //     }
@@ -52,6 +56,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "driver/prepare/claim_state.h"
+#include "driver/sharing/config.h"
 #include "nlohmann/json.hpp"
 #include "src/common/clock.h"
 
@@ -83,6 +88,18 @@ struct CheckpointDevice {
     bool operator==(const DynamicMig&) const = default;
   };
   std::optional<DynamicMig> dynamic_mig = std::nullopt;
+
+  // How the claim uses the device (the SharingPlanner's decision), recorded with
+  // PrepareStarted so that later claims of the device are planned against it and unprepare
+  // knows what to undo. Files without it count the holder as exclusive.
+  struct Sharing {
+    std::string strategy;  // sharing::ToString(SharingStrategy)
+    sharing::SharingConfig config;
+    std::string mps_owner_claim_uid;  // MPS: the claim whose daemon serves the device
+    std::optional<common::Quantity> consumed_memory;
+    bool operator==(const Sharing&) const = default;
+  };
+  std::optional<Sharing> sharing = std::nullopt;
 
   bool operator==(const CheckpointDevice&) const = default;
 };

@@ -8,6 +8,18 @@
 #include "src/common/status.h"
 
 namespace dralens::driver::prepare {
+namespace {
+
+// The published memory capacity (slices::Bytes uses binary SI as well); nullopt when unknown.
+std::optional<common::Quantity> MemoryOf(uint64_t bytes) {
+  if (bytes == 0) {
+    return std::nullopt;
+  }
+  return common::Quantity::FromInt64(static_cast<int64_t>(bytes),
+                                     common::Quantity::Format::kBinarySI);
+}
+
+}  // namespace
 
 std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventory,
                                                 bool dynamic_mig) {
@@ -26,7 +38,8 @@ std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventor
                         .mig = std::nullopt,
                         .dynamic = OwnedDevice::DynamicMig{.parent_uuid = gpu.uuid,
                                                            .profile = profile.name,
-                                                           .placement_start = placement.start}};
+                                                           .placement_start = placement.start},
+                        .memory = MemoryOf(profile.memory_bytes())};
           out.emplace(d.name, d);
         }
       }
@@ -38,7 +51,9 @@ std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventor
                   .uuid = gpu.uuid,
                   .gpu_minor = gpu.minor,
                   .mig = std::nullopt,
-                  .dynamic = std::nullopt};
+                  .dynamic = std::nullopt,
+                  .memory = MemoryOf(gpu.memory_bytes),
+                  .host_index = static_cast<int>(gpu.index)};
     out.emplace(d.name, d);
   }
   for (const model::MigDevice& mig : inventory.mig_devices()) {
@@ -47,7 +62,8 @@ std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventor
                   .uuid = mig.uuid,
                   .gpu_minor = mig.parent_minor,
                   .mig = CdiDeviceInput::Mig{.gi_id = mig.gi_id, .ci_id = mig.ci_id},
-                  .dynamic = std::nullopt};
+                  .dynamic = std::nullopt,
+                  .memory = MemoryOf(mig.profile.memory_bytes())};
     out.emplace(d.name, d);
   }
   return out;
@@ -110,6 +126,11 @@ absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::str
                                        .ci_id = std::nullopt};
     }
     plan.devices.push_back(std::move(d));
+    plan.requests.push_back(r.request);
+    auto consumed = r.consumed_capacity.find("memory");
+    plan.consumed_memory.push_back(consumed == r.consumed_capacity.end()
+                                       ? std::nullopt
+                                       : std::optional<common::Quantity>(consumed->second));
     cdi_inputs.push_back(
         CdiDeviceInput{.device = owned.name, .gpu_minor = owned.gpu_minor, .mig = owned.mig});
   }

@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "driver/prepare/cdi.h"
 #include "driver/prepare/checkpoint.h"
+#include "src/common/quantity.h"
 #include "src/model/inventory.h"
 #include "src/model/resource.h"
 
@@ -30,6 +31,10 @@ struct OwnedDevice {
     uint32_t placement_start = 0;
   };
   std::optional<DynamicMig> dynamic;
+  // Memory capacity as published; bounds consumable-capacity allocations.
+  std::optional<common::Quantity> memory = std::nullopt;
+  // NVML index of a GPU (MPS per-device limits may be keyed by it); -1 for MIG devices.
+  int host_index = -1;
 };
 
 // Name → device for every GPU and MIG device of an inventory, named exactly as the slice
@@ -50,6 +55,10 @@ struct ClaimPlan {
   // The CDI inputs, parallel to `devices`. A dynamic MIG device's GI and CI are known only
   // once its instance exists, so such claims get their spec built after creation.
   std::vector<CdiDeviceInput> cdi_inputs;
+  // Parallel to `devices`: the allocation result's request as written ("req" or "req/sub"),
+  // which config entries are matched against, and its consumedCapacity["memory"].
+  std::vector<std::string> requests;
+  std::vector<std::optional<common::Quantity>> consumed_memory;
 };
 
 // Selects the allocation results for `driver` in `pool`, resolves each device against

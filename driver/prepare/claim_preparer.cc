@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <thread>
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 #include "src/model/codec.h"
@@ -38,6 +40,41 @@ std::vector<PreparedDevice> Answer(const std::vector<CheckpointDevice>& devices)
                                  .share_id = d.share_id});
   }
   return out;
+}
+
+std::vector<std::string> DeviceKeys(const std::vector<CheckpointDevice>& devices) {
+  std::vector<std::string> keys;
+  for (const CheckpointDevice& d : devices) {
+    keys.push_back(DeviceKey(d.pool, d.device));
+  }
+  return keys;
+}
+
+bool SameDevice(const CheckpointDevice& a, const CheckpointDevice& b) {
+  return a.pool == b.pool && a.device == b.device;
+}
+
+// A device already recorded for `uid`, as the planner sees its holder. A record without a
+// sharing decision (older checkpoints) is an exclusive holder.
+sharing::DeviceHolder HolderOf(const std::string& uid, const CheckpointDevice& held) {
+  sharing::DeviceHolder h;
+  h.claim_uid = uid;
+  h.share_id = held.share_id;
+  h.decision.allowed = true;
+  if (held.sharing.has_value()) {
+    h.consumed_memory = held.sharing->consumed_memory;
+    h.decision.sharing = held.sharing->config;
+    h.decision.mps_owner_claim_uid = held.sharing->mps_owner_claim_uid;
+  }
+  return h;
+}
+
+CheckpointDevice::Sharing RecordOf(const sharing::SharingDecision& decision,
+                                   const sharing::SharingRequest& request) {
+  return CheckpointDevice::Sharing{.strategy = std::string(sharing::ToString(decision.strategy)),
+                                   .config = decision.sharing,
+                                   .mps_owner_claim_uid = decision.mps_owner_claim_uid,
+                                   .consumed_memory = request.consumed_memory};
 }
 
 // The distinct claims of a batch, first occurrence wins.
@@ -362,8 +399,10 @@ absl::Status ClaimPreparer::RollBack(const std::string& uid) {
   // The spec first: if we crash after removing it, the entry still says PrepareStarted and the
   // next attempt rolls back again (removing a missing spec is fine).
   RETURN_IF_ERROR_CTX(WithReason(cdi_.Remove(uid), FailureReason::kCdiError), "roll back");
-  // Then the MIG instances the attempt may have created, found by their recorded intent.
+  // Then the sharing settings and the MIG instances the attempt may have created, found by
+  // their recorded intent (an MPS daemon goes before the MIG instance it runs on).
   if (std::optional<CheckpointClaim> entry = LookUp(uid); entry.has_value()) {
+    RETURN_IF_ERROR_CTX(ReleaseSharing(uid, entry->devices), "roll back");
     for (const CheckpointDevice& d : entry->devices) {
       if (d.dynamic_mig.has_value()) {
         RETURN_IF_ERROR_CTX(DestroyMigInstance(*d.dynamic_mig), "roll back");
@@ -376,6 +415,105 @@ absl::Status ClaimPreparer::RollBack(const std::string& uid) {
                       }),
                       "roll back");
   return states_.Transition(uid, ClaimState::kPrepareStarted, ClaimState::kUnprepared);
+}
+
+absl::Status ClaimPreparer::ApplySharing(const std::string& uid, const CheckpointDevice& device,
+                                         int host_index, int ordinal, CdiContainerEdits& edits) {
+  if (!device.sharing.has_value()) {
+    return absl::OkStatus();
+  }
+  const sharing::SharingConfig& config = device.sharing->config;
+  switch (config.mode) {
+    case sharing::SharingMode::kNone:
+      return absl::OkStatus();
+    case sharing::SharingMode::kTimeSlicing:
+      if (device.type == "mig") {
+        return absl::OkStatus();  // a MIG device has no interval: processes share it as is
+      }
+      if (options_.device_source == nullptr) {
+        return absl::FailedPreconditionError("TimeSlicing needs a device source on this node");
+      }
+      return common::Annotate(options_.device_source->SetTimeSlice(device.uuid, config.interval),
+                              absl::StrCat("set time slice ", discovery::ToString(config.interval),
+                                           " on ", device.uuid));
+    case sharing::SharingMode::kMps: {
+      if (options_.mps == nullptr) {
+        return absl::FailedPreconditionError("MPS is not available on this node");
+      }
+      const std::string& owner =
+          device.sharing->mps_owner_claim_uid.empty() ? uid : device.sharing->mps_owner_claim_uid;
+      ASSIGN_OR_RETURN(sharing::MpsPaths paths, sharing::MpsPathsFor(options_.mps_root, owner));
+      std::error_code ec;
+      for (const std::string& dir : {paths.pipe_dir, paths.log_dir}) {
+        std::filesystem::create_directories(dir, ec);
+        if (ec) {
+          return absl::InternalError(
+              absl::StrCat("create MPS directory ", dir, ": ", ec.message()));
+        }
+      }
+      const sharing::MpsDeviceRef ref{
+          .uuid = device.uuid, .host_index = host_index, .cuda_ordinal = ordinal};
+      RETURN_IF_ERROR(common::Annotate(
+          options_.mps->Start(sharing::MpsDaemonSettingsFor(ref, paths, config.mps)),
+          absl::StrCat("start MPS control daemon for ", device.uuid)));
+      sharing::SharingContainerEdits client = sharing::MpsContainerEdits(paths, config.mps, ref);
+      edits.env.insert(edits.env.end(), client.env.begin(), client.env.end());
+      for (sharing::SharingMount& m : client.mounts) {
+        edits.mounts.push_back(CdiMount{.host_path = std::move(m.host_path),
+                                        .container_path = std::move(m.container_path),
+                                        .options = std::move(m.options)});
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClaimPreparer::ReleaseSharing(const std::string& uid,
+                                           const std::vector<CheckpointDevice>& devices) {
+  for (const CheckpointDevice& d : devices) {
+    if (!d.sharing.has_value() || d.sharing->config.mode == sharing::SharingMode::kNone ||
+        d.uuid.empty()) {
+      continue;  // nothing was applied (an uncreated dynamic MIG device has no UUID yet)
+    }
+    bool still_held = false;
+    {
+      absl::MutexLock lock(&checkpoint_mu_);
+      for (const auto& [holder_uid, holder] : checkpoint_.claims) {
+        for (const CheckpointDevice& held : holder.devices) {
+          still_held = still_held || (holder_uid != uid && SameDevice(held, d));
+        }
+      }
+    }
+    if (still_held) {
+      continue;  // the other holders keep the device's interval or daemon
+    }
+    if (d.sharing->config.mode == sharing::SharingMode::kTimeSlicing && d.type == "gpu" &&
+        options_.device_source != nullptr) {
+      RETURN_IF_ERROR(WithReason(common::Annotate(options_.device_source->SetTimeSlice(
+                                                      d.uuid, discovery::TimeSlice::kDefault),
+                                                  absl::StrCat("reset time slice on ", d.uuid)),
+                                 FailureReason::kSharingError));
+    }
+    if (d.sharing->config.mode == sharing::SharingMode::kMps && options_.mps != nullptr) {
+      RETURN_IF_ERROR(WithReason(
+          common::Annotate(options_.mps->Stop(d.uuid), absl::StrCat("stop MPS daemon of ", d.uuid)),
+          FailureReason::kSharingError));
+      const std::string& owner =
+          d.sharing->mps_owner_claim_uid.empty() ? uid : d.sharing->mps_owner_claim_uid;
+      if (absl::StatusOr<sharing::MpsPaths> paths = sharing::MpsPathsFor(options_.mps_root, owner);
+          paths.ok()) {
+        std::error_code ec;
+        std::filesystem::remove_all(paths->claim_dir, ec);
+        if (ec) {
+          return WithReason(absl::InternalError(absl::StrCat("remove MPS directory ",
+                                                             paths->claim_dir, ": ", ec.message())),
+                            FailureReason::kSharingError);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<model::MigDevice> ClaimPreparer::CreateMigInstance(
@@ -498,7 +636,16 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
   // Idempotency: the kubelet re-sends prepared claims after every restart of its own.
   if (std::optional<CheckpointClaim> existing = LookUp(ref.uid); existing.has_value()) {
     if (existing->state == ClaimState::kPrepareCompleted) {
+      // Another consumer of a shared claim (or the kubelet after its own restart): the
+      // devices are reused as prepared.
       telemetry.AddEvent("replayed from checkpoint");
+      if (options_.metrics != nullptr) {
+        for (size_t i = 0; i < existing->devices.size(); ++i) {
+          options_.metrics->RecordSharingDecision(
+              sharing::ToString(sharing::SharingStrategy::kSharedClaim), true,
+              sharing::ToString(sharing::Refusal::kNone));
+        }
+      }
       return Answer(existing->devices);
     }
     // PrepareStarted: we crashed (or failed) midway. Undo whatever may exist, then redo all.
@@ -506,6 +653,7 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
          {{"claim", key}, {"uid", ref.uid}});
     telemetry.AddEvent("rolled back a crashed prepare");
     auto phase = telemetry.Time(Phase::kCheckpoint);
+    KeyedLocks::Guard device_lock(device_locks_, DeviceKeys(existing->devices));
     RETURN_IF_ERROR_CTX(RollBack(ref.uid), context);
   }
 
@@ -554,12 +702,34 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
     telemetry.SetAttribute("dra.device", plan->devices.front().device);
   }
 
-  std::vector<std::string> device_keys;
-  for (const CheckpointDevice& d : plan->devices) {
-    device_keys.push_back(DeviceKey(d.pool, d.device));
+  // The config of each device decides how it may be shared; a bad one fails the claim before
+  // anything is recorded.
+  std::vector<sharing::SharingRequest> sharing_requests;
+  {
+    auto phase = telemetry.Time(Phase::kSharing);
+    for (size_t i = 0; i < plan->devices.size(); ++i) {
+      absl::StatusOr<sharing::DeviceType> type = sharing::ParseDeviceType(plan->devices[i].type);
+      absl::StatusOr<sharing::DeviceConfig> config =
+          type.ok() ? sharing::ResolveDeviceConfig(claim->status.allocation->devices.config,
+                                                   options_.driver_name,
+                                                   {.request = plan->requests[i], .type = *type})
+                    : absl::StatusOr<sharing::DeviceConfig>(type.status());
+      if (!config.ok()) {
+        phase.Fail(config.status());
+        return WithReason(
+            common::Annotate(config.status(), absl::StrCat(context, ": opaque device config")),
+            FailureReason::kInvalidConfig);
+      }
+      sharing_requests.push_back(
+          sharing::SharingRequest{.claim_uid = ref.uid,
+                                  .sharing = config->sharing,
+                                  .share_id = plan->devices[i].share_id,
+                                  .consumed_memory = plan->consumed_memory[i]});
+    }
   }
+
   // Claims that share a device run one after another from here; others stay parallel.
-  KeyedLocks::Guard device_lock(device_locks_, device_keys);
+  KeyedLocks::Guard device_lock(device_locks_, DeviceKeys(plan->devices));
 
   CheckpointClaim entry;
   entry.state = ClaimState::kPrepareStarted;
@@ -569,36 +739,71 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
   entry.cdi_spec_file = plan->cdi_inputs.empty() ? "" : CdiSpecFileName(ref.uid);
 
   // PrepareStarted is durable before any side effect, so a crash at any later point is found
-  // and rolled back. The duplicate-device guard runs in the same critical section as the
-  // write, so two claims can never both record the same exclusive device.
+  // and rolled back. The sharing decisions are taken in the same critical section as the
+  // write (mutations see those queued before them), so two claims can never both record a
+  // device on terms that exclude each other.
+  const sharing::SharingPlanner planner;
+  std::optional<sharing::SharingDecision> refused;
+  std::vector<sharing::SharingDecision> decisions;
   std::optional<ClaimTelemetry::PhaseScope> started_phase;
   started_phase.emplace(telemetry, Phase::kCheckpoint);
   absl::Status started = UpdateCheckpoint([&](Checkpoint& cp) -> absl::Status {
-    for (const auto& [holder_uid, holder] : cp.claims) {
-      if (holder_uid == ref.uid) {
-        continue;
-      }
-      for (const CheckpointDevice& held : holder.devices) {
-        for (const CheckpointDevice& wanted : entry.devices) {
-          if (held.pool != wanted.pool || held.device != wanted.device) {
-            continue;
+    std::vector<sharing::SharingDecision> planned;
+    for (size_t i = 0; i < entry.devices.size(); ++i) {
+      const CheckpointDevice& wanted = entry.devices[i];
+      std::vector<sharing::DeviceHolder> holders;
+      std::vector<std::string> holder_names;  // for the error: "ns/name (uid ...)"
+      for (const auto& [holder_uid, holder] : cp.claims) {
+        if (holder_uid == ref.uid) {
+          continue;
+        }
+        for (const CheckpointDevice& held : holder.devices) {
+          if (SameDevice(held, wanted)) {
+            holders.push_back(HolderOf(holder_uid, held));
+            holder_names.push_back(
+                absl::StrCat(holder.namespace_name, "/", holder.name, " (uid ", holder_uid, ")"));
           }
-          if (options_.sharing && options_.sharing(held, holder_uid, ref.uid)) {
-            continue;
-          }
-          return WithReason(
-              absl::FailedPreconditionError(absl::StrCat(
-                  "device ", wanted.device, " in pool ", wanted.pool,
-                  " is already prepared for claim ", holder.namespace_name, "/", holder.name,
-                  " (uid ", holder_uid, "); refusing to prepare it also for claim ", key, " (uid ",
-                  ref.uid, ")")),
-              FailureReason::kDeviceBusy);
         }
       }
+      // The claim's own earlier results for the same device (several shares of it).
+      for (size_t j = 0; j < i; ++j) {
+        if (SameDevice(entry.devices[j], wanted)) {
+          CheckpointDevice earlier = entry.devices[j];
+          earlier.sharing = RecordOf(planned[j], sharing_requests[j]);
+          holders.push_back(HolderOf(ref.uid, earlier));
+        }
+      }
+      sharing::SharingDevice device{
+          .name = wanted.device,
+          .type = wanted.type == "mig" ? sharing::DeviceType::kMig : sharing::DeviceType::kGpu,
+          .uuid = wanted.uuid,
+          .memory = std::nullopt};
+      if (auto owned = devices->find(wanted.device); owned != devices->end()) {
+        device.memory = owned->second.memory;
+      }
+      sharing::SharingDecision decision = planner.Plan(device, sharing_requests[i], holders);
+      if (!decision.allowed) {
+        refused = decision;
+        return WithReason(
+            absl::FailedPreconditionError(absl::StrCat(
+                "device ", wanted.device, " in pool ", wanted.pool, " is already prepared for ",
+                holder_names.empty() ? "this claim" : absl::StrJoin(holder_names, ", "),
+                "; refusing it to claim ", key, " (uid ", ref.uid, "): ", decision.reason)),
+            FailureReason::kDeviceBusy);
+      }
+      planned.push_back(std::move(decision));
     }
+    for (size_t i = 0; i < entry.devices.size(); ++i) {
+      entry.devices[i].sharing = RecordOf(planned[i], sharing_requests[i]);
+    }
+    decisions = std::move(planned);
     cp.claims[ref.uid] = entry;
     return absl::OkStatus();
   });
+  if (refused.has_value() && options_.metrics != nullptr) {
+    options_.metrics->RecordSharingDecision(sharing::ToString(refused->strategy), false,
+                                            sharing::ToString(refused->refusal));
+  }
   if (!started.ok()) {
     started_phase->Fail(started);
     return common::Annotate(started, context);
@@ -649,6 +854,59 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
     plan->cdi_spec = *std::move(spec);
   }
 
+  if (!decisions.empty()) {
+    telemetry.SetAttribute("dra.sharing.strategy",
+                           std::string(sharing::ToString(decisions.front().strategy)));
+  }
+  // Sharing settings, now that every device (dynamic MIG included) has its UUID. The MPS
+  // client's environment and mounts join the device's CDI edits.
+  bool shares = false;
+  for (const CheckpointDevice& d : entry.devices) {
+    shares =
+        shares || (d.sharing.has_value() && d.sharing->config.mode != sharing::SharingMode::kNone);
+  }
+  if (shares) {
+    auto phase = telemetry.Time(Phase::kSharing);
+    for (size_t i = 0; i < entry.devices.size(); ++i) {
+      const CheckpointDevice& d = entry.devices[i];
+      int host_index = -1;
+      if (auto owned = devices->find(d.device); owned != devices->end()) {
+        host_index = owned->second.host_index;
+      }
+      CdiContainerEdits edits;
+      absl::Status applied = ApplySharing(ref.uid, d, host_index, static_cast<int>(i), edits);
+      if (applied.ok() && !edits.empty() && plan->cdi_spec.has_value()) {
+        const std::string name = CdiDeviceName(ref.uid, d.device);
+        for (CdiDevice& cd : plan->cdi_spec->devices) {
+          if (cd.name == name) {
+            cd.edits.env.insert(cd.edits.env.end(), edits.env.begin(), edits.env.end());
+            cd.edits.mounts.insert(cd.edits.mounts.end(), edits.mounts.begin(), edits.mounts.end());
+          }
+        }
+      }
+      if (!applied.ok()) {
+        phase.Fail(applied);
+        if (options_.metrics != nullptr) {
+          options_.metrics->RecordSharingDecision(sharing::ToString(decisions[i].strategy), false,
+                                                  "apply_error");
+        }
+        absl::Status undo = RollBack(ref.uid);
+        if (!undo.ok()) {
+          DLOG(kError, kComponent,
+               "roll back after failed sharing settings failed; retried next time",
+               {{"claim", key}, {"uid", ref.uid}, {"error", undo.message()}});
+        }
+        return WithReason(common::Annotate(applied, context), FailureReason::kSharingError);
+      }
+    }
+  }
+  if (options_.metrics != nullptr) {
+    for (const sharing::SharingDecision& d : decisions) {
+      options_.metrics->RecordSharingDecision(sharing::ToString(d.strategy), true,
+                                              sharing::ToString(sharing::Refusal::kNone));
+    }
+  }
+
   if (plan->cdi_spec.has_value()) {
     auto phase = telemetry.Time(Phase::kCdi);
     absl::StatusOr<std::string> written = cdi_.Write(ref.uid, *plan->cdi_spec);
@@ -692,6 +950,8 @@ absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref, ClaimTelemetry& te
     telemetry.AddEvent("not prepared here");
     return absl::OkStatus();  // never prepared here, or already unprepared: nothing to do
   }
+  // The devices' locks: whether this claim is a device's last holder must not change under us.
+  KeyedLocks::Guard device_lock(device_locks_, DeviceKeys(existing->devices));
   RETURN_IF_ERROR_CTX(states_.Transition(ref.uid, existing->state, ClaimState::kUnpreparing),
                       context);
   // The spec goes first: a crash in between leaves the entry, and the kubelet's retry finds the
@@ -703,6 +963,13 @@ absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref, ClaimTelemetry& te
   }
   if (removed.ok()) {
     MaybeCrashForTest("unprepare-after-cdi-removed");
+    auto phase = telemetry.Time(Phase::kSharing);
+    removed = ReleaseSharing(ref.uid, existing->devices);
+    if (!removed.ok()) {
+      phase.Fail(removed);
+    }
+  }
+  if (removed.ok()) {
     bool destroyed_any = false;
     for (const CheckpointDevice& d : existing->devices) {
       if (!d.dynamic_mig.has_value() || !removed.ok()) {

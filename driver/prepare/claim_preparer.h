@@ -7,12 +7,22 @@
 //   3. GET the ResourceClaim, check the UID ("was replaced"), require status.allocation;
 //   4. plan purely (claim_plan.h): our driver's results in our pool, devices resolved against
 //      the inventory (an unknown device is a per-claim error), CDI spec computed;
-//   5. lock the claim's devices (sorted, so claims sharing a device serialise without
-//      deadlock) and refuse a device already prepared for another claim (exclusive unless the
-//      sharing hook allows it);
-//   6. checkpoint PrepareStarted → write the CDI spec → checkpoint PrepareCompleted;
-//   7. answer with the devices.
-// Unprepare, per claim: unknown → success; else remove the CDI spec, then the checkpoint entry.
+//   5. resolve each device's opaque config (class configs, then claim configs; a bad one is a
+//      per-claim invalid_config error naming the field);
+//   6. lock the claim's devices (sorted, so claims sharing a device serialise without
+//      deadlock) and, in the same checkpoint update that records PrepareStarted, let the
+//      SharingPlanner decide each device against the claims that hold it; the decisions are
+//      recorded with the devices (a refusal fails the claim with the planner's reason);
+//   7. create dynamic MIG instances, apply the sharing settings (time slice through the device
+//      source, MPS daemon through MpsControl, whose environment and mounts go into the CDI
+//      device), write the CDI spec, checkpoint PrepareCompleted;
+//   8. answer with the devices.
+// A claim prepared again (the kubelet re-sends prepared claims, and a claim reserved for
+// several pods is used by each) is answered from the checkpoint as `shared_claim`.
+// Unprepare, per claim: unknown → success; else, under the device locks, remove the CDI spec,
+// destroy dynamic MIG instances, release the sharing settings when the claim was the device's
+// last holder (time slice back to Default, MPS daemon stopped and its directories removed),
+// then drop the checkpoint entry.
 //
 // Batches: every distinct claim UID gets exactly one entry; per-claim failures become that
 // entry's error and never fail the batch. Claims of a batch run in parallel (one thread each).
@@ -55,6 +65,8 @@
 #include "driver/prepare/claim_plan.h"
 #include "driver/prepare/claim_state.h"
 #include "driver/prepare/prepare_telemetry.h"
+#include "driver/sharing/mps.h"
+#include "driver/sharing/planner.h"
 #include "nlohmann/json.hpp"
 #include "src/common/clock.h"
 #include "src/k8s/client.h"
@@ -65,16 +77,10 @@ namespace dralens::driver::prepare {
 
 inline constexpr char kCrashAtEnv[] = "DRALENS_TEST_CRASH_AT";
 
-// Sharing hook: may `device` (already prepared for `holder_uid`) also be prepared for
-// `claim_uid`? The default (no hook) answers no: devices are exclusive.
-using SharingPolicy = std::function<bool(
-    const CheckpointDevice& device, absl::string_view holder_uid, absl::string_view claim_uid)>;
-
 struct ClaimPreparerOptions {
   std::string driver_name = "gpu.dralens.dev";
   std::string pool_name;  // this node's pool: the node name
   CdiHostInfo cdi_host;
-  SharingPolicy sharing;  // empty: exclusive
   // Telemetry; not owned, must outlive the preparer. Null metrics record nothing; a null tracer
   // is a no-op tracer; a null clock is the real clock.
   PrepareMetrics* metrics = nullptr;
@@ -84,6 +90,13 @@ struct ClaimPreparerOptions {
   // creates the instance through `mig_source` (not owned) and unprepare destroys it.
   bool dynamic_mig = false;
   discovery::DeviceSource* mig_source = nullptr;
+  // Sharing: TimeSlicing sets the GPU's interval through `device_source` (not owned); MPS
+  // starts the device's control daemon through `mps` (not owned) with per-claim directories
+  // under `mps_root`. A claim asking for a strategy whose component is null fails with
+  // sharing_error.
+  discovery::DeviceSource* device_source = nullptr;
+  sharing::MpsControl* mps = nullptr;
+  std::string mps_root;
 };
 
 class ClaimPreparer : public ClaimHandler {
@@ -126,6 +139,13 @@ class ClaimPreparer : public ClaimHandler {
   // Removes the CDI spec, the MIG instances it created and the entry of a claim left in
   // PrepareStarted.
   absl::Status RollBack(const std::string& uid);
+  // Applies the recorded sharing decision of `device` (the claim's `ordinal`-th device): sets
+  // the time slice or starts the MPS daemon and adds the client's edits to `edits`.
+  absl::Status ApplySharing(const std::string& uid, const CheckpointDevice& device, int host_index,
+                            int ordinal, CdiContainerEdits& edits);
+  // Undoes the sharing settings of the devices of `uid` that no other claim in the checkpoint
+  // holds. Idempotent. The caller holds the devices' locks.
+  absl::Status ReleaseSharing(const std::string& uid, const std::vector<CheckpointDevice>& devices);
   // Creates the instance a dynamic MIG device stands for (turning MIG mode on if needed).
   absl::StatusOr<model::MigDevice> CreateMigInstance(const CheckpointDevice::DynamicMig& mig);
   // Destroys it: by its ids when known, else whatever instance sits at its placement. Gone

@@ -17,7 +17,8 @@ constexpr FailureReason kAllReasons[] = {
     FailureReason::kNone,          FailureReason::kInvalidRequest, FailureReason::kClaimNotFound,
     FailureReason::kClaimReplaced, FailureReason::kNotAllocated,   FailureReason::kForeignDevice,
     FailureReason::kDeviceBusy,    FailureReason::kApiError,       FailureReason::kCheckpointError,
-    FailureReason::kCdiError,      FailureReason::kMigError,       FailureReason::kInternal};
+    FailureReason::kCdiError,      FailureReason::kMigError,       FailureReason::kInvalidConfig,
+    FailureReason::kSharingError,  FailureReason::kInternal};
 
 constexpr const char* kStates[] = {"free", "prepared", "unhealthy"};
 
@@ -51,6 +52,10 @@ absl::string_view ToString(FailureReason reason) {
       return "cdi_error";
     case FailureReason::kMigError:
       return "mig_error";
+    case FailureReason::kInvalidConfig:
+      return "invalid_config";
+    case FailureReason::kSharingError:
+      return "sharing_error";
     case FailureReason::kInternal:
       return "internal";
   }
@@ -113,7 +118,8 @@ PrepareMetrics::PrepareMetrics(prometheus::Registry& registry, telemetry::Exempl
       mig_placeable_(telemetry::BuildGauge(registry, "dralens_mig_placeable")),
       mig_operations_(telemetry::BuildCounter(registry, "dralens_mig_operations_total")),
       mig_operation_duration_(
-          telemetry::BuildHistogram(registry, "dralens_mig_operation_duration_seconds")) {
+          telemetry::BuildHistogram(registry, "dralens_mig_operation_duration_seconds")),
+      sharing_decisions_(telemetry::BuildCounter(registry, "dralens_sharing_decisions_total")) {
   auto& duration = telemetry::BuildHistogram(registry, "dralens_node_claim_duration_seconds");
   for (Operation op : {Operation::kPrepare, Operation::kUnprepare}) {
     for (bool ok : {true, false}) {
@@ -162,6 +168,15 @@ void PrepareMetrics::RecordMigOperation(bool create, bool ok, absl::Duration dur
   mig_operations_.Add({{"operation", operation}, {"result", ok ? "ok" : "error"}}).Increment();
   mig_operation_duration_.Add({{"operation", operation}}, telemetry::DurationBuckets())
       .Observe(absl::ToDoubleSeconds(duration));
+}
+
+void PrepareMetrics::RecordSharingDecision(absl::string_view strategy, bool granted,
+                                           absl::string_view refusal) {
+  sharing_decisions_
+      .Add({{"strategy", std::string(strategy)},
+            {"result", granted ? "granted" : "refused"},
+            {"reason", std::string(refusal)}})
+      .Increment();
 }
 
 void PrepareMetrics::RecordCheckpointWrite(bool ok) {

@@ -60,6 +60,8 @@ enum class FailureReason {
   kCheckpointError,  // the checkpoint could not be written
   kCdiError,         // the CDI spec could not be written or removed
   kMigError,         // a MIG instance could not be created or destroyed
+  kInvalidConfig,    // the claim's or class's opaque config is malformed or does not apply
+  kSharingError,     // the sharing settings could not be applied (time slice, MPS daemon)
   kInternal,         // anything else
 };
 absl::string_view ToString(FailureReason reason);
@@ -84,6 +86,10 @@ class PrepareMetrics {
   void RecordCheckpointWrite(bool ok);
   // One dynamic MIG instance created (`create` true) or destroyed.
   void RecordMigOperation(bool create, bool ok, absl::Duration duration);
+  // One sharing decision for one device: `strategy` and `refusal` are the planner's labels
+  // (sharing::ToString), `refusal` "none" when granted; "apply_error" when granted but the
+  // settings could not be applied.
+  void RecordSharingDecision(absl::string_view strategy, bool granted, absl::string_view refusal);
   // One kubelet call; `api` is "v1" or "v1beta1".
   void RecordCall(Operation operation, absl::string_view api, bool all_ok);
 
@@ -132,6 +138,7 @@ class PrepareMetrics {
   prometheus::Family<prometheus::Gauge>& mig_placeable_;
   prometheus::Family<prometheus::Counter>& mig_operations_;
   prometheus::Family<prometheus::Histogram>& mig_operation_duration_;
+  prometheus::Family<prometheus::Counter>& sharing_decisions_;
   // operation × result
   std::map<std::pair<Operation, bool>, telemetry::ExemplarHistogram> claim_duration_;
 

@@ -302,6 +302,45 @@ absl::StatusOr<DeviceConfig> DecodeDeviceConfig(const json& parameters) {
   return config;
 }
 
+json EncodeSharing(const SharingConfig& sharing) {
+  switch (sharing.mode) {
+    case SharingMode::kNone:
+      return nullptr;
+    case SharingMode::kTimeSlicing:
+      return {{"strategy", "TimeSlicing"},
+              {"timeSlicingConfig", {{"interval", discovery::ToString(sharing.interval)}}}};
+    case SharingMode::kMps: {
+      const MpsConfig& mps = sharing.mps;
+      json config = json::object();
+      if (mps.default_active_thread_percentage.has_value()) {
+        config["defaultActiveThreadPercentage"] = *mps.default_active_thread_percentage;
+      }
+      if (mps.default_pinned_device_memory_limit.has_value()) {
+        config["defaultPinnedDeviceMemoryLimit"] = mps.default_pinned_device_memory_limit->String();
+      }
+      if (!mps.default_per_device_pinned_memory_limit.empty()) {
+        json per_device = json::object();
+        for (const auto& [key, limit] : mps.default_per_device_pinned_memory_limit) {
+          per_device[key] = limit.String();
+        }
+        config["defaultPerDevicePinnedMemoryLimit"] = std::move(per_device);
+      }
+      if (mps.multi_user.has_value()) {
+        config["multiUser"] = *mps.multi_user;
+      }
+      return {{"strategy", "MPS"}, {"mpsConfig", std::move(config)}};
+    }
+  }
+  return nullptr;
+}
+
+absl::StatusOr<SharingConfig> DecodeSharingBlock(const json& block, ConfigKind kind) {
+  if (block.is_null()) {
+    return SharingConfig{};
+  }
+  return DecodeSharing(block, kind);
+}
+
 bool ConfigAppliesToRequest(const std::vector<std::string>& requests, absl::string_view request) {
   if (requests.empty()) {
     return true;

@@ -96,6 +96,12 @@ struct DeviceConfig {
 // (TimeSlicing with mpsConfig, MPS with timeSlicingConfig).
 absl::StatusOr<DeviceConfig> DecodeDeviceConfig(const nlohmann::json& parameters);
 
+// The `sharing` block as it is written in parameters (null for kNone); the checkpoint stores
+// decisions in this form. DecodeSharingBlock(EncodeSharing(s), kGpuConfig) == s for every s.
+nlohmann::json EncodeSharing(const SharingConfig& sharing);
+// Strict decoding of a `sharing` block under the rules of `kind`; null decodes to kNone.
+absl::StatusOr<SharingConfig> DecodeSharingBlock(const nlohmann::json& block, ConfigKind kind);
+
 // The device a config is resolved for.
 struct AllocatedDevice {
   std::string request;  // the allocation result's request: "req" or "req/sub"

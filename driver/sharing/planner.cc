@@ -21,10 +21,12 @@ SharingStrategy StrategyFor(SharingMode mode) {
   return SharingStrategy::kExclusive;
 }
 
-SharingDecision Refuse(SharingStrategy strategy, const SharingConfig& sharing, std::string reason) {
+SharingDecision Refuse(SharingStrategy strategy, Refusal refusal, const SharingConfig& sharing,
+                       std::string reason) {
   SharingDecision d;
   d.strategy = strategy;
   d.allowed = false;
+  d.refusal = refusal;
   d.reason = std::move(reason);
   d.sharing = sharing;
   return d;
@@ -33,6 +35,12 @@ SharingDecision Refuse(SharingStrategy strategy, const SharingConfig& sharing, s
 std::string OwnerOf(const DeviceHolder& holder) {
   return holder.decision.mps_owner_claim_uid.empty() ? holder.claim_uid
                                                      : holder.decision.mps_owner_claim_uid;
+}
+
+// Exclusive holders make a device busy; any other disagreement is a mix of strategies.
+Refusal ConflictKind(const DeviceHolder& holder) {
+  return holder.decision.sharing.mode == SharingMode::kNone ? Refusal::kDeviceBusy
+                                                            : Refusal::kMixedStrategy;
 }
 
 // Why `holder` and `request` cannot share the device, or "" when their settings agree.
@@ -76,22 +84,22 @@ SharingDecision PlanConsumable(const SharingDevice& device, const SharingRequest
   common::Quantity total = request.consumed_memory.value_or(common::Quantity());
   for (const DeviceHolder* h : others) {
     if (!h->share_id.has_value()) {
-      return Refuse(SharingStrategy::kConsumable, want,
+      return Refuse(SharingStrategy::kConsumable, Refusal::kMixedStrategy, want,
                     absl::StrCat("device ", device.name, " is held by claim ", h->claim_uid,
                                  " without a share ID; consumable capacity needs every "
                                  "allocation of the device to carry one"));
     }
     if (std::string conflict = SettingsConflict(device, *h, want); !conflict.empty()) {
-      return Refuse(SharingStrategy::kConsumable, want, std::move(conflict));
+      return Refuse(SharingStrategy::kConsumable, ConflictKind(*h), want, std::move(conflict));
     }
     if (h->consumed_memory.has_value() && !total.Add(*h->consumed_memory).ok()) {
-      return Refuse(SharingStrategy::kConsumable, want,
+      return Refuse(SharingStrategy::kConsumable, Refusal::kOverCapacity, want,
                     absl::StrCat("consumed memory on device ", device.name, " overflows"));
     }
   }
   if (device.memory.has_value() && total > *device.memory) {
     return Refuse(
-        SharingStrategy::kConsumable, want,
+        SharingStrategy::kConsumable, Refusal::kOverCapacity, want,
         absl::StrCat("device ", device.name, " has ", device.memory->String(),
                      " of memory; this allocation (",
                      request.consumed_memory.value_or(common::Quantity()).String(), ") and ",
@@ -132,6 +140,20 @@ absl::string_view ToString(SharingStrategy strategy) {
       return "consumable";
   }
   return "exclusive";
+}
+
+absl::string_view ToString(Refusal refusal) {
+  switch (refusal) {
+    case Refusal::kNone:
+      return "none";
+    case Refusal::kDeviceBusy:
+      return "device_busy";
+    case Refusal::kOverCapacity:
+      return "over_capacity";
+    case Refusal::kMixedStrategy:
+      return "mixed_strategy";
+  }
+  return "none";
 }
 
 std::string DescribeSharing(const SharingConfig& sharing) {
@@ -190,21 +212,24 @@ SharingDecision SharingPlanner::Plan(const SharingDevice& device, const SharingR
   const SharingConfig& want = request.sharing;
   const SharingStrategy strategy = StrategyFor(want.mode);
   if (!others.empty() && want.mode == SharingMode::kNone) {
-    return Refuse(strategy, want,
-                  absl::StrCat("device ", device.name, " is already held by claim ",
-                               others.front()->claim_uid, " (",
-                               DescribeSharing(others.front()->decision.sharing),
-                               "); this claim asks for exclusive use"));
+    const DeviceHolder& holder = *others.front();
+    return Refuse(
+        strategy, Refusal::kDeviceBusy, want,
+        absl::StrCat("device ", device.name, " is already held by claim ", holder.claim_uid, " (",
+                     holder.share_id.has_value()
+                         ? absl::StrCat("consumable capacity, share ID ", *holder.share_id)
+                         : DescribeSharing(holder.decision.sharing),
+                     "); this claim asks for exclusive use"));
   }
   for (const DeviceHolder* h : others) {
     if (h->share_id.has_value()) {
-      return Refuse(strategy, want,
+      return Refuse(strategy, Refusal::kMixedStrategy, want,
                     absl::StrCat("device ", device.name, " is held by claim ", h->claim_uid,
                                  " through consumable capacity (share ID ", *h->share_id,
                                  "); this allocation has no share ID"));
     }
     if (std::string conflict = SettingsConflict(device, *h, want); !conflict.empty()) {
-      return Refuse(strategy, want, std::move(conflict));
+      return Refuse(strategy, ConflictKind(*h), want, std::move(conflict));
     }
   }
 

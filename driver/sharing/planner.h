@@ -49,10 +49,21 @@ struct SharingRequest {
   std::optional<common::Quantity> consumed_memory;
 };
 
+// Why a request was refused, as a bounded metric label.
+enum class Refusal {
+  kNone,
+  kDeviceBusy,     // exclusive use asked, or held exclusively by another claim
+  kOverCapacity,   // consumable capacity: the allocations would exceed the device's memory
+  kMixedStrategy,  // holders share the device in another way or with other settings
+};
+// "none" | "device_busy" | "over_capacity" | "mixed_strategy".
+absl::string_view ToString(Refusal refusal);
+
 struct SharingDecision {
   SharingStrategy strategy = SharingStrategy::kExclusive;
   bool allowed = false;
-  std::string reason;  // a sentence for events, logs and span attributes
+  Refusal refusal = Refusal::kNone;  // set when !allowed
+  std::string reason;                // a sentence for events, logs and span attributes
   // What to apply: the interval for TimeSlicing, the MPS settings for MPS; kNone = nothing.
   SharingConfig sharing;
   // MPS only: the claim whose control daemon and pipe directory serve the device.

@@ -336,6 +336,15 @@ absl::StatusOr<std::vector<model::ResourceSlice>> SliceBuilder::Build(
     }
     if (!gpu.mig_enabled()) {
       ASSIGN_OR_RETURN(SliceDevice device, FullGpuDevice(gpu, inventory));
+      if (options_.consumable_capacity && device.capacity.count("memory") > 0) {
+        const Quantity gib = Quantity::FromInt64(int64_t{1} << 30, Quantity::Format::kBinarySI);
+        device.allow_multiple_allocations = true;
+        device.capacity["memory"].request_policy =
+            model::CapacityRequestPolicy{.default_value = gib,
+                                         .valid_values = {},
+                                         .valid_range = model::CapacityRequestPolicyRange{
+                                             .min = gib, .max = std::nullopt, .step = gib}};
+      }
       with_taints(device);
       RETURN_IF_ERROR(CheckDeviceLimits(device));
       plain.push_back(std::move(device));

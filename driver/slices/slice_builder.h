@@ -92,6 +92,10 @@ struct SliceBuilderOptions {
   // Device taints by device name (device health); a device with taints goes into a slice of
   // at most 64 devices, as the API requires.
   std::map<std::string, std::vector<model::DeviceTaint>> taints = {};
+  // Consumable capacity (DRAConsumableCapacity): full GPUs outside MIG are published with
+  // allowMultipleAllocations and a memory request policy (default and steps of 1Gi), so that
+  // several claims can each take a share of one GPU's memory.
+  bool consumable_capacity = false;
 };
 
 class SliceBuilder {

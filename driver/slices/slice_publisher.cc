@@ -218,8 +218,9 @@ absl::StatusOr<SyncResult> SlicePublisher::SyncPass(
   std::sort(existing.begin(), existing.end(),
             [](const Existing& a, const Existing& b) { return a.name < b.name; });
 
-  SliceBuilder builder({options_.node_name, node_uid_, options_.driver_name},
-                       {options_.dynamic_mig, options_.api_minor, max_seen, taints});
+  SliceBuilder builder(
+      {options_.node_name, node_uid_, options_.driver_name},
+      {options_.dynamic_mig, options_.api_minor, max_seen, taints, options_.consumable_capacity});
   ASSIGN_OR_RETURN(std::vector<model::ResourceSlice> desired,
                    common::Annotate(builder.Build(inventory), "build slices"));
 

@@ -58,7 +58,8 @@ struct SlicePublisherOptions {
   std::string node_name;
   std::string driver_name = "gpu.dralens.dev";
   bool dynamic_mig = false;
-  int api_minor = 34;  // see SliceBuilderOptions::api_minor
+  int api_minor = 34;                // see SliceBuilderOptions::api_minor
+  bool consumable_capacity = false;  // see SliceBuilderOptions::consumable_capacity
   absl::Duration initial_backoff = absl::Milliseconds(500);
   absl::Duration max_backoff = absl::Seconds(60);
   // Periodic re-list and converge while idle; zero disables it.

@@ -102,6 +102,15 @@ std::vector<FlagSpec> BuildFlags() {
                {Role::kNode},
                OneOf({"true", "false"}),
                /*is_bool=*/true});
+  f.push_back({"consumable-capacity",
+               "DRALENS_CONSUMABLE_CAPACITY",
+               "false",
+               "Publish full GPUs with `allowMultipleAllocations` and a memory request policy so "
+               "that several claims share one GPU, each within its consumed memory (needs the "
+               "DRAConsumableCapacity feature gate, alpha from 1.34).",
+               {Role::kNode},
+               OneOf({"true", "false"}),
+               /*is_bool=*/true});
   f.push_back({"metrics-address", "DRALENS_METRICS_ADDRESS", "0.0.0.0:9477",
                "host:port serving /metrics, /healthz, /readyz and /debug. Port 0 picks a free "
                "port.",

@@ -122,6 +122,7 @@ int RunNode(const FlagValues& flags) {
          options.device_source.simulated_profile = flags.Get("simulated-profile");
          options.device_taints = flags.GetBool("device-taints");
          options.dynamic_mig = flags.GetBool("dynamic-mig");
+         options.consumable_capacity = flags.GetBool("consumable-capacity");
          if (options.dynamic_mig) {
            options.api_minor = ServerMinorVersion(*state.client);
          }

@@ -76,6 +76,14 @@ absl::Status NodeDriver::StartAll() {
   }
   preparer_options.dynamic_mig = options_.dynamic_mig;
   preparer_options.mig_source = source_.get();
+  preparer_options.device_source = source_.get();
+  // Simulated GPUs get a simulated MPS control; on real GPUs no daemon manager is built in yet,
+  // so MPS claims fail with a clear sharing_error instead of running without a daemon.
+  if (source_options.kind == "simulated") {
+    mps_ = std::make_unique<driver::sharing::SimulatedMpsControl>();
+  }
+  preparer_options.mps = mps_.get();
+  preparer_options.mps_root = absl::StrCat(options_.plugins_dir, "/", options_.driver_name, "/mps");
   preparer_options.metrics = prepare_metrics_.get();
   preparer_options.tracer = options_.tracer;
   preparer_options.clock = &clock_;
@@ -102,6 +110,7 @@ absl::Status NodeDriver::StartAll() {
   driver::slices::SlicePublisherOptions publisher_options;
   publisher_options.dynamic_mig = options_.dynamic_mig;
   publisher_options.api_minor = options_.api_minor;
+  publisher_options.consumable_capacity = options_.consumable_capacity;
   publisher_options.node_name = node;
   publisher_options.driver_name = options_.driver_name;
   publisher_options.metrics = slice_metrics_.get();

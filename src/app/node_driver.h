@@ -58,6 +58,9 @@ struct NodeDriverOptions {
   // picks the slice layout: counters and devices together before 1.35, split from 1.35.
   bool dynamic_mig = false;
   int api_minor = 34;
+  // Publish full GPUs for consumable capacity (allowMultipleAllocations with a memory request
+  // policy; needs the DRAConsumableCapacity feature gate).
+  bool consumable_capacity = false;
   // Telemetry sinks; not owned, must outlive the driver. A null registry records no metrics,
   // a null tracer records no spans.
   prometheus::Registry* registry = nullptr;
@@ -107,6 +110,7 @@ class NodeDriver {
   std::unique_ptr<driver::prepare::FileCheckpointStore> checkpoint_;
   std::unique_ptr<driver::prepare::FileCdiWriter> cdi_;
   std::unique_ptr<driver::prepare::ClaimStateMachine> states_;
+  std::unique_ptr<driver::sharing::MpsControl> mps_;
   std::unique_ptr<driver::prepare::ClaimPreparer> preparer_;
   std::unique_ptr<driver::slices::SlicePublisher> publisher_;
   driver::plugin::PluginServerPtr plugin_;

@@ -98,8 +98,8 @@ std::vector<MetricSpec> BuildCatalog() {
        "node",
        "Sharing decisions taken while preparing a device, by strategy (exclusive, "
        "time_slicing, mps, shared_claim, consumable), result (granted, refused) and reason "
-       "(none when granted; otherwise device_busy, over_capacity, mixed_strategy, "
-       "invalid_config, apply_error)."},
+       "(none when granted; otherwise device_busy, over_capacity, mixed_strategy, or "
+       "apply_error when the settings could not be applied)."},
 
       // NodePrepareResources / NodeUnprepareResources.
       {"dralens_node_requests_total",
@@ -114,7 +114,8 @@ std::vector<MetricSpec> BuildCatalog() {
        "node",
        "Claims prepared or unprepared, by result and reason (none on success; otherwise "
        "invalid_request, claim_not_found, claim_replaced, not_allocated, foreign_device, "
-       "device_busy, api_error, checkpoint_error, cdi_error, mig_error, internal)."},
+       "device_busy, api_error, checkpoint_error, cdi_error, mig_error, invalid_config, "
+       "sharing_error, internal)."},
       {"dralens_node_claim_duration_seconds",
        K::kHistogram,
        {"operation", "result"},

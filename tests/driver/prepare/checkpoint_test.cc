@@ -53,6 +53,19 @@ Checkpoint Sample() {
                                                                    .placement_start = 3,
                                                                    .gi_id = 7,
                                                                    .ci_id = std::nullopt}});
+  // Sharing decisions: MPS with its owner, and a consumable share with its memory.
+  sharing::SharingConfig mps;
+  mps.mode = sharing::SharingMode::kMps;
+  mps.mps.default_active_thread_percentage = 25;
+  CheckpointDevice::Sharing mps_share;
+  mps_share.strategy = "mps";
+  mps_share.config = mps;
+  mps_share.mps_owner_claim_uid = "uid-z";
+  a.devices[0].sharing = mps_share;
+  CheckpointDevice::Sharing consumable;
+  consumable.strategy = "consumable";
+  consumable.consumed_memory = *common::Quantity::Parse("10Gi");
+  b.devices[0].sharing = consumable;
   cp.claims.emplace("uid-a", a);
   cp.claims.emplace("uid-b", b);
   return cp;
@@ -63,6 +76,16 @@ TEST(CheckpointCodecTest, RoundTrip) {
   absl::StatusOr<Checkpoint> back = DecodeCheckpoint(EncodeCheckpoint(cp));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, cp);
+}
+
+TEST(CheckpointCodecTest, ABadSharingRecordIsRejectedWithItsPath) {
+  nlohmann::json file = nlohmann::json::parse(EncodeCheckpoint(Sample()));
+  file["claims"]["uid-a"]["devices"][0]["sharing"]["config"]["strategy"] = "Sometimes";
+  file["checksum"] = CheckpointChecksum(file);
+  absl::StatusOr<Checkpoint> back = DecodeCheckpoint(file.dump());
+  ASSERT_FALSE(back.ok());
+  EXPECT_THAT(std::string(back.status().message()),
+              ::testing::HasSubstr("devices[0].sharing.config: sharing.strategy"));
 }
 
 TEST(CheckpointCodecTest, EmptyRoundTrip) {

@@ -216,7 +216,8 @@ TEST_F(PrepareTelemetryTest, APrepareMovesTheSeriesAndLeavesATraceTheExemplarPoi
     }
   }
   std::sort(children.begin(), children.end());
-  EXPECT_THAT(children, ::testing::ElementsAre("cdi", "checkpoint", "checkpoint", "fetch_claim"));
+  EXPECT_THAT(children,
+              ::testing::ElementsAre("cdi", "checkpoint", "checkpoint", "fetch_claim", "sharing"));
 
   // The duration histogram's exemplar is that trace.
   const std::string om = telemetry::Render(registry_->Collect(), &exemplars_,

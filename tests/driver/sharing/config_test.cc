@@ -352,5 +352,31 @@ TEST(DeviceType, ParseAndPrint) {
   EXPECT_EQ(ToString(ConfigKind::kMigDeviceConfig), "MigDeviceConfig");
 }
 
+TEST(EncodeSharing, RoundTripsThroughTheStrictDecoder) {
+  SharingConfig none;
+  EXPECT_TRUE(EncodeSharing(none).is_null());
+  SharingConfig sliced;
+  sliced.mode = SharingMode::kTimeSlicing;
+  sliced.interval = discovery::TimeSlice::kMedium;
+  SharingConfig mps;
+  mps.mode = SharingMode::kMps;
+  mps.mps.default_active_thread_percentage = 40;
+  mps.mps.default_pinned_device_memory_limit = *common::Quantity::Parse("2Gi");
+  mps.mps.default_per_device_pinned_memory_limit.emplace("0", *common::Quantity::Parse("1Gi"));
+  mps.mps.multi_user = true;
+  for (const SharingConfig& s : {none, sliced, mps}) {
+    absl::StatusOr<SharingConfig> back =
+        DecodeSharingBlock(EncodeSharing(s), ConfigKind::kGpuConfig);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, s) << EncodeSharing(s).dump();
+  }
+  EXPECT_EQ(EncodeSharing(sliced).dump(),
+            R"({"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Medium"}})");
+  // The block decoder is as strict as the config decoder.
+  EXPECT_FALSE(DecodeSharingBlock(nlohmann::json::parse(R"({"strategy":"MPS","x":1})"),
+                                  ConfigKind::kGpuConfig)
+                   .ok());
+}
+
 }  // namespace
 }  // namespace dralens::driver::sharing

@@ -223,5 +223,41 @@ TEST(SharingPlanner, SameClaimDifferentShareIdIsConsumable) {
   EXPECT_EQ(d.strategy, SharingStrategy::kConsumable);
 }
 
+TEST(SharingPlanner, RefusalsCarryTheirBoundedReason) {
+  const std::vector<DeviceHolder> exclusive = {Holder("claim-a", Exclusive())};
+  EXPECT_EQ(SharingPlanner().Plan(Gpu0(), {"claim-b", Exclusive(), {}, {}}, exclusive).refusal,
+            Refusal::kDeviceBusy);
+  EXPECT_EQ(
+      SharingPlanner()
+          .Plan(Gpu0(), {"claim-b", TimeSliced(discovery::TimeSlice::kLong), {}, {}}, exclusive)
+          .refusal,
+      Refusal::kDeviceBusy);
+  const std::vector<DeviceHolder> sliced = {
+      Holder("claim-a", TimeSliced(discovery::TimeSlice::kShort))};
+  EXPECT_EQ(SharingPlanner()
+                .Plan(Gpu0(), {"claim-b", TimeSliced(discovery::TimeSlice::kLong), {}, {}}, sliced)
+                .refusal,
+            Refusal::kMixedStrategy);
+  const std::vector<DeviceHolder> shares = {Holder("claim-a", Exclusive(), "s1", Q("30Gi"))};
+  EXPECT_EQ(
+      SharingPlanner().Plan(Gpu0(), {"claim-b", Exclusive(), "s2", Q("20Gi")}, shares).refusal,
+      Refusal::kOverCapacity);
+  SharingDecision granted =
+      SharingPlanner().Plan(Gpu0(), {"claim-b", Exclusive(), "s2", Q("10Gi")}, shares);
+  EXPECT_TRUE(granted.allowed);
+  EXPECT_EQ(granted.refusal, Refusal::kNone);
+  EXPECT_EQ(ToString(Refusal::kNone), "none");
+  EXPECT_EQ(ToString(Refusal::kDeviceBusy), "device_busy");
+  EXPECT_EQ(ToString(Refusal::kOverCapacity), "over_capacity");
+  EXPECT_EQ(ToString(Refusal::kMixedStrategy), "mixed_strategy");
+}
+
+TEST(SharingPlanner, ExclusiveAgainstAShareNamesTheShare) {
+  SharingDecision d = SharingPlanner().Plan(Gpu0(), {"claim-b", Exclusive(), {}, {}},
+                                            {Holder("claim-a", Exclusive(), "s1", Q("1Gi"))});
+  EXPECT_FALSE(d.allowed);
+  EXPECT_THAT(d.reason, HasSubstr("consumable capacity, share ID s1"));
+}
+
 }  // namespace
 }  // namespace dralens::driver::sharing
