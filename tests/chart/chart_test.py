@@ -671,6 +671,21 @@ class ChartTest(unittest.TestCase):
         self.assertIsNotNone(m, "charts/dralens/README.md has no values markers")
         self.assertEqual(m.group(1), table, "the values table drifted; paste:\n" + table)
 
+    def test_renderer_follows_helm_semantics(self):
+        """The renderer's built-ins on a chart made to exercise them, against output worked out
+        from Helm's rules: toYaml drops the trailing newline and sorts keys, numbers from
+        values are float64, include returns a string, tpl renders with the caller's context, a
+        null in an override deletes the key, AsConfig keys by base name, required fails."""
+        fixture = HERE / "fixtures" / "builtins"
+        cmd = [RENDER, "-chart", str(fixture), "-f", str(fixture / "override.yaml"), "-name", "rel",
+               "-namespace", "ns", "-strict"]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertEqual(res.stdout, (HERE / "fixtures" / "builtins-expected.yaml").read_text())
+        res = subprocess.run(cmd[:3] + ["-f", self.write({"needRequired": True})], capture_output=True, text=True)
+        self.assertNotEqual(res.returncode, 0)
+        self.assertIn("empty must be set", res.stderr)
+
     def write(self, values):
         f = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
         yaml.safe_dump(values, f)
