@@ -555,7 +555,9 @@ class ChartTest(unittest.TestCase):
                 cms = by_kind(docs, "ConfigMap")
                 self.assertEqual(len(prs), len(rules) if values["prometheusRule"]["enabled"] else 0)
                 self.assertEqual(len(cms), len(boards) if values["dashboards"]["enabled"] else 0)
-                for pr, src in zip(sorted(prs, key=lambda d: d["metadata"]["name"]), rules):
+                for src in rules if prs else []:
+                    suffix = "-" + src.stem.lower().replace("_", "-")
+                    pr = one(prs, "PrometheusRule", suffix)
                     raw = src.read_text()
                     self.assertEqual(pr["spec"], yaml.safe_load(raw), src.name)
                     indented = "".join("  " + line if line.strip() else line
@@ -563,7 +565,9 @@ class ChartTest(unittest.TestCase):
                     self.assertIn("spec:\n" + indented + "\n", text, f"{src.name} is not in the rule verbatim")
                     for k, v in values["prometheusRule"]["additionalLabels"].items():
                         self.assertEqual(pr["metadata"]["labels"][k], v)
-                for cm, src in zip(sorted(cms, key=lambda d: d["metadata"]["name"]), boards):
+                by_file = {next(iter(cm["data"])): cm for cm in cms}
+                for src in boards if cms else []:
+                    cm = by_file[src.name]
                     self.assertEqual(cm["data"], {src.name: src.read_text()})
                     for k, v in values["dashboards"]["labels"].items():
                         self.assertEqual(cm["metadata"]["labels"][k], v)
