@@ -3,7 +3,8 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
-.PHONY: demo test deps configure build format check-format clean crash-loop bench sanitize
+.PHONY: demo test deps configure build format check-format clean crash-loop bench sanitize \
+	chart-files chart-test
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
 # it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
@@ -53,3 +54,14 @@ clean:
 bench: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target prepare_bench
 	./$(BUILD_DIR)/tests/bench/prepare_bench $(BENCH_ARGS)
+
+# Copies alerts/*.yaml rule files and grafana/*.json dashboards into charts/dralens/files/ (Helm
+# reads nothing outside the chart); the chart_files test fails when the copies drift.
+chart-files:
+	/usr/bin/python3 charts/chart_files.py
+
+# Renders the Helm chart for every values variant and checks it; needs only golang-go and
+# golang-github-masterminds-sprig-dev, not the C++ build.
+chart-test:
+	/usr/bin/python3 charts/chart_files.py --check
+	/usr/bin/python3 tests/chart/chart_test.py --build-dir $(BUILD_DIR)
