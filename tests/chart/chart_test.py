@@ -560,7 +560,8 @@ class ChartTest(unittest.TestCase):
                     pr = one(prs, "PrometheusRule", suffix)
                     raw = src.read_text()
                     self.assertEqual(pr["spec"], yaml.safe_load(raw), src.name)
-                    indented = "".join("  " + line if line.strip() else line
+                    # Helm's nindent pads every line, blank ones included.
+                    indented = "".join("  " + line
                                        for line in raw.rstrip("\n").splitlines(True))
                     self.assertIn("spec:\n" + indented + "\n", text, f"{src.name} is not in the rule verbatim")
                     for k, v in values["prometheusRule"]["additionalLabels"].items():
