@@ -583,6 +583,141 @@ TEST_F(NodePluginTest, DynamicMigClaimCreatesItsInstance) {
   StopNode();
 }
 
+// Every sharing strategy through the kubelet's socket: a time-sliced claim, an MPS claim whose
+// CDI edits carry the MPS environment and mounts, a claim shared by two pods, and two
+// consumable-capacity shares of one GPU whose shareIDs come back in v1 Device.share_id.
+TEST_F(NodePluginTest, EverySharingStrategyThroughTheKubeletSocket) {
+  StartNode("", {}, {"--consumable-capacity"});
+  Register();
+
+  // Consumable capacity is published on the full GPUs.
+  k8s::ListOptions options;
+  options.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=", kDriver);
+  auto slices = client_->List(k8s::kResourceSlices, "", options);
+  ASSERT_TRUE(slices.ok()) << slices.status();
+  int consumable = 0;
+  for (const json& slice : slices->items) {
+    for (const json& d : slice["spec"]["devices"]) {
+      if (d.value("allowMultipleAllocations", false)) {
+        ++consumable;
+        EXPECT_EQ(d["capacity"]["memory"]["requestPolicy"]["validRange"]["step"], "1Gi");
+      }
+    }
+  }
+  EXPECT_EQ(consumable, 8);
+
+  // claim name -> (results, config, pods that reserve it)
+  auto make = [&](const std::string& name, const json& results, const json& config,
+                  int pods) -> Claim {
+    json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                  {"kind", "ResourceClaim"},
+                  {"metadata", {{"name", name}, {"namespace", kNs}}}};
+    claim["spec"]["devices"]["requests"] = json::array({{{"name", "gpu"},
+                                                         {"exactly",
+                                                          {{"deviceClassName", kDriver},
+                                                           {"allocationMode", "ExactCount"},
+                                                           {"count", results.size()}}}}});
+    auto created = client_->Create(k8s::kResourceClaims, kNs, claim);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (!created.ok()) {
+      return {};
+    }
+    json obj = *created;
+    obj["status"]["allocation"]["devices"]["results"] = results;
+    if (!config.is_null()) {
+      obj["status"]["allocation"]["devices"]["config"] =
+          json::array({{{"source", "FromClaim"},
+                        {"requests", json::array({"gpu"})},
+                        {"opaque", {{"driver", kDriver}, {"parameters", config}}}}});
+    }
+    for (int i = 0; i < pods; ++i) {
+      obj["status"]["reservedFor"].push_back(
+          {{"resource", "pods"},
+           {"name", absl::StrCat(name, "-pod-", i)},
+           {"uid", absl::StrCat("00000000-0000-4000-8000-00000000000", i)}});
+    }
+    auto updated = client_->Update(k8s::kResourceClaims, kNs, obj, "status");
+    EXPECT_TRUE(updated.ok()) << updated.status();
+    return {name, (*created)["metadata"]["uid"].get<std::string>()};
+  };
+  auto result = [](const std::string& device) {
+    return json{{"request", "gpu"}, {"driver", kDriver}, {"pool", kNode}, {"device", device}};
+  };
+  const json time_sliced = json::parse(R"({"apiVersion": "resource.dralens.dev/v1beta1",
+      "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing",
+      "timeSlicingConfig": {"interval": "Long"}}})");
+  const json mps = json::parse(R"({"apiVersion": "resource.dralens.dev/v1beta1",
+      "kind": "GpuConfig", "sharing": {"strategy": "MPS", "mpsConfig": {
+      "defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "8Gi"}}})");
+  json share_a = result("gpu-3");
+  share_a["shareID"] = "9a2f6c1e-0000-4000-8000-00000000000a";
+  share_a["consumedCapacity"] = {{"memory", "20Gi"}};
+  json share_b = result("gpu-3");
+  share_b["shareID"] = "9a2f6c1e-0000-4000-8000-00000000000b";
+  share_b["consumedCapacity"] = {{"memory", "40Gi"}};
+
+  const Claim sliced = make("sliced", json::array({result("gpu-0")}), time_sliced, 1);
+  const Claim sliced2 = make("sliced-2", json::array({result("gpu-0")}), time_sliced, 1);
+  const Claim daemon = make("mps", json::array({result("gpu-1")}), mps, 1);
+  const Claim shared = make("shared", json::array({result("gpu-2")}), nullptr, 2);
+  const Claim first = make("share-a", json::array({share_a}), nullptr, 1);
+  const Claim second = make("share-b", json::array({share_b}), nullptr, 1);
+
+  dra_v1::NodePrepareResourcesResponse prepared;
+  ASSERT_TRUE(PrepareV1({sliced, sliced2, daemon, shared, first, second}, &prepared).ok());
+  for (const Claim& c : {sliced, sliced2, daemon, shared, first, second}) {
+    EXPECT_EQ(prepared.claims().at(c.uid).error(), "") << c.name;
+  }
+  // Consumable shares: the kubelet gets each allocation's shareID back.
+  EXPECT_EQ(prepared.claims().at(first.uid).devices(0).share_id(),
+            "9a2f6c1e-0000-4000-8000-00000000000a");
+  EXPECT_EQ(prepared.claims().at(second.uid).devices(0).share_id(),
+            "9a2f6c1e-0000-4000-8000-00000000000b");
+
+  // MPS: the client environment and the daemon's pipe directory are in the CDI device.
+  std::ifstream in(CdiSpecOf(daemon));
+  json spec = json::parse(in, nullptr, false);
+  ASSERT_FALSE(spec.is_discarded());
+  const json& edits = spec["devices"][0]["containerEdits"];
+  EXPECT_THAT(edits["env"].dump(), HasSubstr("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"));
+  EXPECT_THAT(edits["env"].dump(), HasSubstr("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"));
+  ASSERT_TRUE(edits.contains("mounts")) << edits.dump();
+  const std::string pipe = PluginsDir() + "/gpu.dralens.dev/mps/" + daemon.uid + "/pipe";
+  EXPECT_EQ(edits["mounts"][0]["hostPath"], pipe);
+  EXPECT_TRUE(fs::is_directory(pipe));
+
+  // The shared claim's second pod: prepared once, the same answer again.
+  dra_v1::NodePrepareResourcesResponse again;
+  ASSERT_TRUE(PrepareV1({shared}, &again).ok());
+  EXPECT_EQ(Flatten(again.claims().at(shared.uid)), Flatten(prepared.claims().at(shared.uid)));
+
+  httplib::Client metrics("127.0.0.1", metrics_port_);
+  auto scraped = metrics.Get("/metrics");
+  ASSERT_TRUE(scraped);
+  // Label names are sorted in the exposition.
+  auto granted = [](const std::string& strategy, int n) {
+    return absl::StrCat(
+        "dralens_sharing_decisions_total{reason=\"none\",result=\"granted\",strategy=\"", strategy,
+        "\"} ", n, "\n");
+  };
+  for (const std::string& series :
+       {granted("time_slicing", 2), granted("mps", 1), granted("exclusive", 1),
+        granted("shared_claim", 1), granted("consumable", 2),
+        std::string("dralens_device_consumers{device=\"gpu-3\"} 2\n")}) {
+    EXPECT_NE(scraped->body.find(series), std::string::npos) << series;
+  }
+
+  // After the last pod the kubelet unprepares every claim: nothing is left.
+  dra_v1::NodeUnprepareResourcesResponse un;
+  ASSERT_TRUE(UnprepareV1({sliced, sliced2, daemon, shared, first, second}, &un).ok());
+  for (const auto& [uid, r] : un.claims()) {
+    EXPECT_EQ(r.error(), "") << uid;
+  }
+  EXPECT_THAT(ListDir(CdiRoot()), IsEmpty());
+  EXPECT_FALSE(fs::exists(PluginsDir() + "/gpu.dralens.dev/mps/" + daemon.uid));
+  StopNode();
+}
+
 // The telemetry contract end to end: a prepare through the real socket shows up as an
 // OpenMetrics exemplar whose trace id is a PrepareClaim span the OTLP receiver got, and the
 // classic exposition passes promtool.
