@@ -10,9 +10,29 @@
 // string `startsWith`, `endsWith` and `contains`. Regular expressions (`matches`) are not in it.
 //
 // A construct outside the subset never yields a wrong answer: Evaluate returns kUnknown with a
-// detail naming the construct. A missing attribute or capacity is a runtime error in CEL (no
-// such key), which a DRA scheduler treats as "does not match"; Evaluate reports it as kFalse
-// with the detail set, matching the scheduler.
+// detail naming the construct, unless the rest of the expression decides the result anyway
+// (`false && x.matches('a')` is false, as in CEL).
+//
+// Runtime errors: a missing attribute or capacity (CEL "no such key"), a type mismatch ("no such
+// overload", e.g. `device.attributes['d'].productName > 3`), overflow, an invalid quantity() or
+// semver() argument. `&&` and `||` absorb them commutatively (`false && error` is false,
+// `true || error` is true). An error that reaches the top is reported as kFalse with
+// `runtime_error` set and the detail naming it. The device is never allocated, but note what the
+// Kubernetes scheduler actually does (CELDeviceSelector API doc, structured allocator): "any
+// other result [than true or false] is an error and causes allocation of devices to abort", so a
+// selector error fails the whole allocation attempt for the pod, not just this device. Callers
+// that explain scheduling (the analyzer) should surface `runtime_error` as such.
+//
+// A missing domain (`device.attributes['other.dev']`) reads as an empty map, as in the
+// scheduler, so `has(device.attributes['other.dev'].x)` is false and `.x` is "no such key".
+// Quantity comparisons are exact (common::Quantity); quantities and semvers are ordered only
+// through compareTo/isGreaterThan/isLessThan, as in Kubernetes (no `<` overload). Equality is
+// CEL's heterogeneous equality (`'a' == 1` is false); numbers compare across int/uint/double.
+//
+// Compile-time checks that the API server would make: syntax (InvalidArgument naming the
+// offset), expressions over 10 KiB (the API's limit), nesting deeper than 100 levels (bounds
+// the recursion of parsing and evaluation), and identifiers other than `device` and cel.bind
+// variables (undeclared reference).
 #pragma once
 
 #include <map>
@@ -39,6 +59,8 @@ absl::string_view ToString(Verdict verdict);
 struct Outcome {
   Verdict verdict = Verdict::kUnknown;
   std::string detail;  // empty on a clean true/false
+  // The expression failed at runtime (verdict kFalse): the scheduler aborts the allocation.
+  bool runtime_error = false;
 };
 
 class Program {
