@@ -824,8 +824,6 @@ void Analyzer::RefreshClaimState(Claim& claim) {
             &allocation_latency_.Add({{"device_class", claim.device_class}}, LatencyBuckets());
       }
       it->second->Observe(std::max(0.0, absl::ToDoubleSeconds(at - claim.created)));
-      claim.span->AddEvent("allocation_latency",
-                           {{"seconds", absl::ToDoubleSeconds(at - claim.created)}});
     }
   }
   if (!was_reserved && reserved) {
