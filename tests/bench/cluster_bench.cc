@@ -52,8 +52,12 @@ model::ResourceClaim ClaimFor(int i, bool allocated) {
   if (allocated) {
     model::AllocationResult a;
     const int device = i % (kNodes * kGpusPerNode);
-    a.devices.results.push_back({"req", kDriver, absl::StrCat("node-", device / kGpusPerNode),
-                                 absl::StrCat("gpu-", device % kGpusPerNode)});
+    model::DeviceRequestAllocationResult result;
+    result.request = "req";
+    result.driver = kDriver;
+    result.pool = absl::StrCat("node-", device / kGpusPerNode);
+    result.device = absl::StrCat("gpu-", device % kGpusPerNode);
+    a.devices.results.push_back(result);
     c.status.allocation = a;
   }
   return c;
