@@ -5,12 +5,16 @@
 
 namespace dralens::app {
 
-ClusterWatch::ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetrics* metrics) {
+ClusterWatch::ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetrics* metrics,
+                           const HandlerFactory& handlers) {
   for (const k8s::ResourceType* type : {&k8s::kResourceClaims, &k8s::kResourceSlices,
                                         &k8s::kDeviceClasses, &k8s::kPods, &k8s::kNodes}) {
     k8s::InformerOptions options;
     options.metrics = metrics;
     informers_.push_back(std::make_unique<k8s::Informer>(client, *type, options));
+    if (handlers) {
+      informers_.back()->SetHandlers(handlers(*type));
+    }
     names_.push_back(type->plural);
   }
 }
@@ -40,6 +44,15 @@ absl::Status ClusterWatch::Ready() const {
     return absl::OkStatus();
   }
   return absl::UnavailableError(absl::StrCat("not synced: ", absl::StrJoin(pending, ", ")));
+}
+
+bool ClusterWatch::Synced(const std::string& plural) const {
+  for (size_t i = 0; i < informers_.size(); ++i) {
+    if (names_[i] == plural) {
+      return informers_[i]->HasSynced();
+    }
+  }
+  return false;
 }
 
 std::string ClusterWatch::Summary() const {

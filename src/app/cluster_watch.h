@@ -3,6 +3,7 @@
 // Ready once every informer has synced. The analyzer plugs into their handlers.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,8 +16,11 @@ namespace dralens::app {
 
 class ClusterWatch {
  public:
+  // Handlers for one informer, by resource type (the analyzer's feed); null: none.
+  using HandlerFactory = std::function<k8s::InformerHandlers(const k8s::ResourceType&)>;
   // `client` and `metrics` must outlive the watch.
-  ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetrics* metrics);
+  ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetrics* metrics,
+               const HandlerFactory& handlers = nullptr);
   ~ClusterWatch();
 
   void Start();
@@ -25,6 +29,8 @@ class ClusterWatch {
   absl::Status Ready() const;
   // "resourceclaims=3 resourceslices=2 ..." for logs.
   std::string Summary() const;
+  // Whether the informer of `plural` (e.g. "nodes") has synced.
+  bool Synced(const std::string& plural) const;
 
  private:
   std::vector<std::unique_ptr<k8s::Informer>> informers_;

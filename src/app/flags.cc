@@ -37,6 +37,14 @@ std::string CheckPositiveInt(absl::string_view v) {
   return "";
 }
 
+std::string CheckNonNegativeNumber(absl::string_view v) {
+  double d = 0;
+  if (!absl::SimpleAtod(v, &d) || !(d >= 0)) {
+    return "must be a number >= 0";
+  }
+  return "";
+}
+
 std::vector<FlagSpec> BuildFlags() {
   const std::vector<Role> node = {Role::kNode, Role::kDemo};
   const std::vector<Role> all(std::begin(kAll), std::end(kAll));
@@ -127,6 +135,48 @@ std::vector<FlagSpec> BuildFlags() {
                "How many simulated nodes the demo starts (alternating dgx-h100 and a100-40gb).",
                {Role::kDemo},
                CheckPositiveInt});
+  f.push_back({"leader-elect",
+               "DRALENS_LEADER_ELECT",
+               "false",
+               "Run for leadership through a coordination.k8s.io/v1 Lease; only the leader "
+               "exports the `dralens_cluster_*` series (run two replicas).",
+               {Role::kCluster},
+               OneOf({"true", "false"}),
+               /*is_bool=*/true});
+  f.push_back({"leader-elect-lease-name",
+               "DRALENS_LEADER_ELECT_LEASE_NAME",
+               "dralens-cluster",
+               "Name of the leader-election Lease.",
+               {Role::kCluster},
+               CheckDnsSubdomain});
+  f.push_back({"leader-elect-lease-namespace",
+               "POD_NAMESPACE",
+               "default",
+               "Namespace of the leader-election Lease; the Deployment sets it from the downward "
+               "API.",
+               {Role::kCluster},
+               CheckDnsSubdomain});
+  f.push_back({"leader-elect-identity",
+               "POD_NAME",
+               "",
+               "This replica's identity in the Lease; unset means the host name. The Deployment "
+               "sets it from the downward API.",
+               {Role::kCluster},
+               nullptr});
+  f.push_back({"price-file",
+               "DRALENS_PRICE_FILE",
+               "",
+               "JSON prices per device-hour by DeviceClass and product "
+               "(`{\"default\": 2, \"deviceClasses\": {...}, \"products\": {...}}`); they turn "
+               "stranded device-seconds into `dralens_cluster_stranded_cost_total`.",
+               {Role::kCluster},
+               nullptr});
+  f.push_back({"price-per-device-hour",
+               "DRALENS_PRICE_PER_DEVICE_HOUR",
+               "0",
+               "Price of one device-hour for devices the price file does not name.",
+               {Role::kCluster},
+               CheckNonNegativeNumber});
   f.push_back({"log-level", "DRALENS_LOG_LEVEL", "info",
                "Lowest level written to stderr: debug, info, warn or error.", all,
                OneOf({"debug", "info", "warn", "error"})});

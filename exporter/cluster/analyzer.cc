@@ -1,0 +1,1284 @@
+#include "exporter/cluster/analyzer.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/common/log.h"
+#include "src/telemetry/catalog.h"
+#include "src/telemetry/tracing/trace_context.h"
+
+namespace dralens::exporter::cluster {
+namespace {
+
+constexpr double kEpsilon = 1e-9;
+
+// Allocation latencies: from a second (a scheduler that keeps up) to an hour (a claim that
+// waited for capacity).
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
+  return *buckets;
+}
+
+std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::string_view device) {
+  return absl::StrCat(driver, "/", pool, "/", device);
+}
+
+// An attribute by its unqualified name, published either bare or in any domain.
+const model::DeviceAttribute* Attribute(const model::SliceDevice& device, absl::string_view name) {
+  for (const auto& [key, value] : device.attributes) {
+    if (key == name || (absl::EndsWith(key, name) && key.size() > name.size() &&
+                        key[key.size() - name.size() - 1] == '/')) {
+      return &value;
+    }
+  }
+  return nullptr;
+}
+
+std::string StringAttribute(const model::SliceDevice& device, absl::string_view name) {
+  const model::DeviceAttribute* a = Attribute(device, name);
+  if (a == nullptr || a->AsString() == nullptr) {
+    return "";
+  }
+  return *a->AsString();
+}
+
+bool Blocking(const model::DeviceTaint& taint) {
+  return taint.effect == "NoSchedule" || taint.effect == "NoExecute";
+}
+
+bool Tolerates(const model::DeviceToleration& t, const model::DeviceTaint& taint) {
+  if (!t.effect.empty() && t.effect != taint.effect) {
+    return false;
+  }
+  if (t.op == "Exists") {
+    return t.key.empty() || t.key == taint.key;
+  }
+  return t.key == taint.key && t.value == taint.value;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+struct Analyzer::Device {
+  Key key;
+  std::string slice;
+  std::string driver, pool, node, product, type, profile;
+  model::SliceDevice spec;
+  bool tainted = false;  // a NoSchedule/NoExecute taint
+  bool multi = false;    // allowMultipleAllocations
+  std::vector<std::pair<std::string, std::map<std::string, double>>> consumes;  // set key
+  std::vector<std::string> classes;          // classes it surely matches
+  std::vector<std::string> unknown_classes;  // classes whose selectors it cannot judge
+  std::unordered_map<int, cel::Verdict> verdicts;
+};
+
+struct Analyzer::CounterSet {
+  std::string key, slice, node, name;
+  std::map<std::string, double> capacity;
+  std::map<std::string, double> used;
+  std::set<Key> devices;
+};
+
+struct Analyzer::Request {
+  std::string signature;
+  std::string device_class;
+  std::vector<int> selectors;
+  std::vector<model::DeviceToleration> tolerations;
+  bool all = false;
+  int64_t count = 1;
+  std::vector<std::shared_ptr<Request>> alternatives;  // firstAvailable: any one will do
+};
+
+struct Analyzer::Claim {
+  Key key;
+  std::string ns, name, uid, device_class;
+  absl::Time created = absl::InfinitePast();
+  std::vector<std::shared_ptr<Request>> requests;
+  std::vector<std::pair<Key, std::string>> devices;  // device key, class of its request
+  std::vector<Key> reserved_pods;
+  bool allocated = false;
+  std::optional<absl::Time> allocation_time;
+  bool has_state = false;
+  ClaimState state = ClaimState::kPending;
+  bool pending = false;
+  bool seen_pending = false;
+  std::optional<PendingReason> reason;
+  prometheus::Gauge* age = nullptr;
+  telemetry::SpanPtr span;
+};
+
+struct Analyzer::Series {
+  prometheus::Gauge* gauge = nullptr;
+  prometheus::Counter* seconds = nullptr;
+  prometheus::Counter* cost = nullptr;
+  std::string device_class;
+  std::map<std::string, int> products;
+  int total = 0;
+  absl::Time last;
+};
+
+struct Analyzer::NodeAggregate {
+  std::map<std::vector<std::string>, int> pool;  // driver, class, product, state
+  std::map<std::vector<std::string>, prometheus::Gauge*> pool_gauges;
+  std::set<std::vector<std::string>> stranded;                       // kind, class
+  std::map<std::vector<std::string>, prometheus::Gauge*> placeable;  // gpu, profile
+};
+
+// ---------------------------------------------------------------------------------------------
+
+Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
+                   AnalyzerOptions options)
+    : claims_(telemetry::BuildGauge(registry, "dralens_cluster_claims")),
+      pending_claims_(telemetry::BuildGauge(registry, "dralens_cluster_pending_claims")),
+      pending_age_(telemetry::BuildGauge(registry, "dralens_cluster_pending_claim_age_seconds")),
+      allocation_latency_(
+          telemetry::BuildHistogram(registry, "dralens_cluster_allocation_latency_seconds")),
+      transitions_(telemetry::BuildCounter(registry, "dralens_cluster_claim_transitions_total")),
+      pool_devices_(telemetry::BuildGauge(registry, "dralens_cluster_pool_devices")),
+      stranded_devices_(telemetry::BuildGauge(registry, "dralens_cluster_stranded_devices")),
+      stranded_seconds_(
+          telemetry::BuildCounter(registry, "dralens_cluster_stranded_device_seconds_total")),
+      stranded_cost_(telemetry::BuildCounter(registry, "dralens_cluster_stranded_cost_total")),
+      mig_placeable_(telemetry::BuildGauge(registry, "dralens_cluster_mig_placeable")),
+      tracer_(tracer),
+      prices_(std::move(options.prices)),
+      clock_(options.clock != nullptr ? *options.clock : common::RealClock()) {
+  absl::MutexLock lock(&mu_);
+  for (Transition t : {Transition::kCreated, Transition::kAllocated, Transition::kReserved,
+                       Transition::kInUse, Transition::kReleased, Transition::kDeleted}) {
+    transition_counters_[t] = &transitions_.Add({{"to", std::string(ToString(t))}});
+  }
+}
+
+Analyzer::~Analyzer() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, claim] : claims_by_key_) {
+    claim->span->End();
+  }
+}
+
+// --- selectors -------------------------------------------------------------------------------
+
+int Analyzer::SelectorId(const std::string& expression) {
+  auto [it, inserted] = selector_ids_.emplace(expression, static_cast<int>(programs_.size()));
+  if (inserted) {
+    programs_.push_back(cel::Program::Compile(expression));
+    if (!programs_.back().ok()) {
+      DLOG(kWarn, "cluster", "selector does not compile; its verdicts are unknown",
+           {{"expression", expression}, {"error", programs_.back().status().message()}});
+    }
+  }
+  return it->second;
+}
+
+cel::Verdict Analyzer::Evaluate(Device& device, int selector) {
+  auto [it, inserted] = device.verdicts.emplace(selector, cel::Verdict::kUnknown);
+  if (inserted) {
+    const absl::StatusOr<cel::Program>& program = programs_[selector];
+    if (program.ok()) {
+      cel::DeviceView view{device.driver, &device.spec.attributes, &device.spec.capacity};
+      it->second = program->Evaluate(view).verdict;
+    }
+  }
+  return it->second;
+}
+
+cel::Verdict Analyzer::MatchesAll(Device& device, const std::vector<int>& selectors) {
+  cel::Verdict result = cel::Verdict::kTrue;
+  for (int s : selectors) {
+    cel::Verdict v = Evaluate(device, s);
+    if (v == cel::Verdict::kFalse) {
+      return v;
+    }
+    if (v == cel::Verdict::kUnknown) {
+      result = v;
+    }
+  }
+  return result;
+}
+
+void Analyzer::UnclassifyDevice(Device& device) {
+  for (const std::string& c : device.classes) {
+    class_devices_[c].erase(device.key);
+  }
+  for (const std::string& c : device.unknown_classes) {
+    class_unknown_[c].erase(device.key);
+  }
+  device.classes.clear();
+  device.unknown_classes.clear();
+}
+
+void Analyzer::ClassifyDevice(Device& device) {
+  UnclassifyDevice(device);
+  for (const auto& [name, selectors] : classes_) {
+    cel::Verdict v = MatchesAll(device, selectors);
+    if (v == cel::Verdict::kTrue) {
+      device.classes.push_back(name);
+      class_devices_[name].insert(device.key);
+    } else if (v == cel::Verdict::kUnknown) {
+      device.unknown_classes.push_back(name);
+      class_unknown_[name].insert(device.key);
+    }
+  }
+}
+
+// --- devices ---------------------------------------------------------------------------------
+
+bool Analyzer::DeviceAllocated(const Device& device) const {
+  auto it = allocations_.find(device.key);
+  if (it == allocations_.end() || it->second.empty()) {
+    return false;
+  }
+  if (!device.multi) {
+    return true;
+  }
+  // Shared device: full once any consumed capacity reaches what the device has.
+  std::map<std::string, double> consumed;
+  for (const auto& [claim, capacity] : it->second) {
+    for (const auto& [name, value] : capacity) {
+      consumed[name] += value;
+    }
+  }
+  for (const auto& [name, value] : consumed) {
+    auto cap = device.spec.capacity.find(name);
+    if (cap != device.spec.capacity.end() &&
+        value + kEpsilon >= cap->second.value.AsApproximateDouble()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Analyzer::DeviceBlocked(const Device& device) const {
+  auto alloc = allocations_.find(device.key);
+  if (alloc != allocations_.end() && !alloc->second.empty()) {
+    return false;  // its own allocation holds the counters
+  }
+  for (const auto& [set_key, counters] : device.consumes) {
+    auto set = counter_sets_.find(set_key);
+    if (set == counter_sets_.end()) {
+      continue;
+    }
+    for (const auto& [name, need] : counters) {
+      auto cap = set->second->capacity.find(name);
+      double capacity = cap == set->second->capacity.end() ? 0 : cap->second;
+      auto used = set->second->used.find(name);
+      double in_use = used == set->second->used.end() ? 0 : used->second;
+      if (capacity - in_use + kEpsilon < need) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool Analyzer::DeviceFree(const Device& device) const {
+  return !device.tainted && !DeviceAllocated(device) && !DeviceBlocked(device);
+}
+
+bool Analyzer::NodeDown(const std::string& node) const {
+  if (node.empty()) {
+    return false;
+  }
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) {
+    return nodes_synced_;
+  }
+  return !it->second.ready;
+}
+
+void Analyzer::RecountCounters(const std::string& set_key) {
+  auto it = counter_sets_.find(set_key);
+  if (it == counter_sets_.end()) {
+    return;
+  }
+  CounterSet& set = *it->second;
+  set.used.clear();
+  for (const Key& key : set.devices) {
+    auto dev = devices_.find(key);
+    auto alloc = allocations_.find(key);
+    if (dev == devices_.end() || alloc == allocations_.end() || alloc->second.empty()) {
+      continue;
+    }
+    for (const auto& [consumed_set, counters] : dev->second->consumes) {
+      if (consumed_set != set_key) {
+        continue;
+      }
+      for (const auto& [name, value] : counters) {
+        set.used[name] += value;
+      }
+    }
+  }
+  dirty_nodes_.insert(set.node);
+}
+
+void Analyzer::MarkDeviceDirty(const Device& device) { dirty_nodes_.insert(device.node); }
+
+void Analyzer::AllocationChanged(const Key& device_key) {
+  capacity_changed_ = true;
+  auto it = devices_.find(device_key);
+  if (it == devices_.end()) {
+    return;
+  }
+  MarkDeviceDirty(*it->second);
+  for (const auto& [set_key, counters] : it->second->consumes) {
+    RecountCounters(set_key);
+  }
+}
+
+void Analyzer::MarkAllNodesDirty() {
+  for (const auto& [node, keys] : node_devices_) {
+    dirty_nodes_.insert(node);
+  }
+  for (const auto& [node, agg] : node_aggregates_) {
+    dirty_nodes_.insert(node);
+  }
+}
+
+// --- slices, classes, nodes ------------------------------------------------------------------
+
+void Analyzer::RemoveSliceLocked(const std::string& name) {
+  auto it = slices_.find(name);
+  if (it == slices_.end()) {
+    return;
+  }
+  for (const Key& key : it->second.first) {
+    auto dev = devices_.find(key);
+    if (dev == devices_.end() || dev->second->slice != name) {
+      continue;  // republished by another slice of the pool meanwhile
+    }
+    Device& d = *dev->second;
+    UnclassifyDevice(d);
+    node_devices_[d.node].erase(key);
+    dirty_nodes_.insert(d.node);
+    for (const auto& [set_key, counters] : d.consumes) {
+      if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
+        set->second->devices.erase(key);
+      }
+    }
+    devices_.erase(dev);
+  }
+  for (const std::string& set_key : it->second.second) {
+    auto set = counter_sets_.find(set_key);
+    if (set != counter_sets_.end() && set->second->slice == name) {
+      dirty_nodes_.insert(set->second->node);
+      counter_sets_.erase(set);
+    }
+  }
+  slices_.erase(it);
+  capacity_changed_ = true;
+}
+
+void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
+  absl::MutexLock lock(&mu_);
+  const std::string& name = slice.metadata.name;
+  // Devices that come back unchanged keep their cached selector verdicts.
+  std::unordered_map<Key, std::unordered_map<int, cel::Verdict>> kept;
+  if (auto old = slices_.find(name); old != slices_.end()) {
+    for (const Key& key : old->second.first) {
+      if (auto dev = devices_.find(key); dev != devices_.end()) {
+        kept[key] = std::move(dev->second->verdicts);
+      }
+    }
+  }
+  std::unordered_map<Key, model::SliceDevice> old_specs;
+  if (auto old = slices_.find(name); old != slices_.end()) {
+    for (const Key& key : old->second.first) {
+      if (auto dev = devices_.find(key); dev != devices_.end()) {
+        old_specs[key] = dev->second->spec;
+      }
+    }
+  }
+  RemoveSliceLocked(name);
+  const model::ResourceSliceSpec& spec = slice.spec;
+  const std::string slice_node = spec.node_name.value_or("");
+  std::vector<Key> keys;
+  std::vector<std::string> set_keys;
+  for (const model::CounterSet& cs : spec.shared_counters) {
+    auto set = std::make_unique<CounterSet>();
+    set->key = DeviceKey(spec.driver, spec.pool.name, cs.name);
+    set->slice = name;
+    set->node = slice_node;
+    set->name = cs.name;
+    for (const auto& [counter, value] : cs.counters) {
+      set->capacity[counter] = value.value.AsApproximateDouble();
+    }
+    set_keys.push_back(set->key);
+    counter_sets_[set->key] = std::move(set);
+  }
+  for (const model::SliceDevice& sd : spec.devices) {
+    auto d = std::make_unique<Device>();
+    d->key = DeviceKey(spec.driver, spec.pool.name, sd.name);
+    d->slice = name;
+    d->driver = spec.driver;
+    d->pool = spec.pool.name;
+    d->node = sd.node_name.value_or(slice_node);
+    d->spec = sd;
+    d->product = StringAttribute(sd, "productName");
+    d->type = StringAttribute(sd, "type");
+    d->profile = StringAttribute(sd, "profile");
+    d->multi = sd.allow_multiple_allocations.value_or(false);
+    d->tainted = std::any_of(sd.taints.begin(), sd.taints.end(), Blocking);
+    for (const model::DeviceCounterConsumption& c : sd.consumes_counters) {
+      std::map<std::string, double> counters;
+      for (const auto& [counter, value] : c.counters) {
+        counters[counter] = value.value.AsApproximateDouble();
+      }
+      std::string set_key = DeviceKey(spec.driver, spec.pool.name, c.counter_set);
+      d->consumes.emplace_back(set_key, std::move(counters));
+    }
+    if (auto old = old_specs.find(d->key); old != old_specs.end() && old->second == sd) {
+      d->verdicts = std::move(kept[d->key]);
+    }
+    if (auto existing = devices_.find(d->key); existing != devices_.end()) {
+      // The device moved here from another slice of the pool.
+      Device& e = *existing->second;
+      UnclassifyDevice(e);
+      node_devices_[e.node].erase(e.key);
+      dirty_nodes_.insert(e.node);
+      devices_.erase(existing);
+    }
+    ClassifyDevice(*d);
+    node_devices_[d->node].insert(d->key);
+    dirty_nodes_.insert(d->node);
+    keys.push_back(d->key);
+    devices_[d->key] = std::move(d);
+  }
+  // Attach consumers to their counter sets, which may come from another slice of the pool.
+  for (const Key& key : keys) {
+    for (const auto& [set_key, counters] : devices_[key]->consumes) {
+      if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
+        set->second->devices.insert(key);
+      }
+    }
+  }
+  for (const std::string& set_key : set_keys) {
+    // Consumers published in other slices of the pool.
+    for (const auto& [key, dev] : devices_) {
+      for (const auto& [consumed, counters] : dev->consumes) {
+        if (consumed == set_key) {
+          counter_sets_[set_key]->devices.insert(key);
+        }
+      }
+    }
+    RecountCounters(set_key);
+  }
+  for (const Key& key : keys) {
+    for (const auto& [set_key, counters] : devices_[key]->consumes) {
+      RecountCounters(set_key);
+    }
+  }
+  slices_[name] = {std::move(keys), std::move(set_keys)};
+  capacity_changed_ = true;
+  Flush();
+}
+
+void Analyzer::DeleteSlice(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  RemoveSliceLocked(name);
+  Flush();
+}
+
+void Analyzer::UpsertClass(const model::DeviceClass& device_class) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> selectors;
+  for (const model::DeviceSelector& s : device_class.spec.selectors) {
+    if (s.cel.has_value()) {
+      selectors.push_back(SelectorId(s.cel->expression));
+    }
+  }
+  auto it = classes_.find(device_class.metadata.name);
+  if (it != classes_.end() && it->second == selectors) {
+    return;
+  }
+  classes_[device_class.metadata.name] = std::move(selectors);
+  for (auto& [key, device] : devices_) {
+    ClassifyDevice(*device);
+  }
+  capacity_changed_ = true;
+  pending_shape_changed_ = true;
+  MarkAllNodesDirty();
+  Flush();
+}
+
+void Analyzer::DeleteClass(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (classes_.erase(name) == 0) {
+    return;
+  }
+  for (auto& [key, device] : devices_) {
+    ClassifyDevice(*device);
+  }
+  class_devices_.erase(name);
+  class_unknown_.erase(name);
+  capacity_changed_ = true;
+  pending_shape_changed_ = true;
+  MarkAllNodesDirty();
+  Flush();
+}
+
+void Analyzer::UpsertNode(const NodeInfo& node) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node.name);
+  bool changed = it == nodes_.end() || it->second.ready != node.ready;
+  nodes_[node.name] = node;
+  if (changed) {
+    dirty_nodes_.insert(node.name);
+    capacity_changed_ = true;
+    Flush();
+  }
+}
+
+void Analyzer::DeleteNode(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (nodes_.erase(name) > 0) {
+    dirty_nodes_.insert(name);
+    capacity_changed_ = true;
+    Flush();
+  }
+}
+
+void Analyzer::SetNodesSynced() {
+  absl::MutexLock lock(&mu_);
+  nodes_synced_ = true;
+  MarkAllNodesDirty();
+  capacity_changed_ = true;
+  Flush();
+}
+
+// --- pods --------------------------------------------------------------------------------------
+
+void Analyzer::UpsertPod(const model::Pod& pod) {
+  absl::MutexLock lock(&mu_);
+  const Key key = absl::StrCat(pod.metadata.namespace_name, "/", pod.metadata.name);
+  const bool running = pod.status.phase == "Running";
+  auto [it, inserted] = pods_running_.emplace(key, running);
+  if (!inserted && it->second == running) {
+    return;
+  }
+  it->second = running;
+  if (auto claims = pod_claims_.find(key); claims != pod_claims_.end()) {
+    for (const Key& claim_key : claims->second) {
+      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
+        RefreshClaimState(*c->second);
+      }
+    }
+  }
+  Flush();
+}
+
+void Analyzer::DeletePod(const std::string& ns, const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  const Key key = absl::StrCat(ns, "/", name);
+  if (pods_running_.erase(key) == 0) {
+    return;
+  }
+  if (auto claims = pod_claims_.find(key); claims != pod_claims_.end()) {
+    for (const Key& claim_key : claims->second) {
+      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
+        RefreshClaimState(*c->second);
+      }
+    }
+  }
+  Flush();
+}
+
+// --- claims ------------------------------------------------------------------------------------
+
+namespace {
+
+std::string SignatureOf(absl::string_view device_class, const std::vector<model::DeviceSelector>& s,
+                        const std::vector<model::DeviceToleration>& tolerations,
+                        absl::string_view mode, int64_t count) {
+  std::string out = absl::StrCat(device_class, "\x1f", mode, "\x1f", count);
+  for (const model::DeviceSelector& selector : s) {
+    if (selector.cel.has_value()) {
+      absl::StrAppend(&out, "\x1f", selector.cel->expression);
+    }
+  }
+  for (const model::DeviceToleration& t : tolerations) {
+    absl::StrAppend(&out, "\x1e", t.key, "\x1d", t.op, "\x1d", t.value, "\x1d", t.effect);
+  }
+  return out;
+}
+
+}  // namespace
+
+void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
+  absl::MutexLock lock(&mu_);
+  const Key key = absl::StrCat(obj.metadata.namespace_name, "/", obj.metadata.name);
+  auto it = claims_by_key_.find(key);
+  if (it != claims_by_key_.end() && it->second->uid != obj.metadata.uid) {
+    // Same name, new object: the old one is gone.
+    DeleteClaimLocked(key);
+    it = claims_by_key_.find(key);
+  }
+  if (it == claims_by_key_.end()) {
+    auto c = std::make_unique<Claim>();
+    c->key = key;
+    c->ns = obj.metadata.namespace_name;
+    c->name = obj.metadata.name;
+    c->uid = obj.metadata.uid;
+    c->created = obj.metadata.creation_timestamp.value_or(clock_.Now());
+    auto build = [&](const std::string& cls, const std::vector<model::DeviceSelector>& selectors,
+                     const std::vector<model::DeviceToleration>& tolerations,
+                     const std::string& mode, int64_t count) {
+      auto r = std::make_shared<Request>();
+      r->device_class = cls;
+      r->tolerations = tolerations;
+      r->all = mode == "All";
+      r->count = count > 0 ? count : 1;
+      r->signature = SignatureOf(cls, selectors, tolerations, mode, r->count);
+      for (const model::DeviceSelector& s : selectors) {
+        if (s.cel.has_value()) {
+          r->selectors.push_back(SelectorId(s.cel->expression));
+        }
+      }
+      return r;
+    };
+    for (const model::DeviceRequest& req : obj.spec.devices.requests) {
+      if (req.exactly.has_value()) {
+        const model::ExactDeviceRequest& e = *req.exactly;
+        c->requests.push_back(
+            build(e.device_class_name, e.selectors, e.tolerations, e.allocation_mode, e.count));
+      } else {
+        auto r = std::make_shared<Request>();
+        for (const model::DeviceSubRequest& sub : req.first_available) {
+          r->alternatives.push_back(build(sub.device_class_name, sub.selectors, sub.tolerations,
+                                          sub.allocation_mode, sub.count));
+          absl::StrAppend(&r->signature, "\x1c", r->alternatives.back()->signature);
+        }
+        r->device_class =
+            r->alternatives.empty() ? std::string() : r->alternatives.front()->device_class;
+        c->requests.push_back(std::move(r));
+      }
+    }
+    c->device_class = c->requests.empty() ? std::string() : c->requests.front()->device_class;
+    telemetry::StartSpanOptions options;
+    options.trace_id = telemetry::TraceIdFromClaimUid(c->uid);
+    options.start_time = c->created;
+    c->span = tracer_.StartSpan("ResourceClaim", options);
+    c->span->SetAttribute("k8s.namespace.name", c->ns);
+    c->span->SetAttribute("k8s.resourceclaim.name", c->name);
+    c->span->SetAttribute("k8s.resourceclaim.uid", c->uid);
+    c->span->SetAttribute("dra.device_class", c->device_class);
+    it = claims_by_key_.emplace(key, std::move(c)).first;
+    RecordTransition(*it->second, Transition::kCreated);
+  }
+  Claim& claim = *it->second;
+
+  // The class of each request (and sub-request) by the name allocation results use.
+  std::map<std::string, std::string> class_of;
+  for (const model::DeviceRequest& req : obj.spec.devices.requests) {
+    if (req.exactly.has_value()) {
+      class_of[req.name] = req.exactly->device_class_name;
+    }
+    for (const model::DeviceSubRequest& sub : req.first_available) {
+      class_of[absl::StrCat(req.name, "/", sub.name)] = sub.device_class_name;
+    }
+  }
+  std::vector<std::pair<Key, std::string>> devices;
+  std::map<Key, std::map<std::string, double>> consumed;
+  const auto& allocation = obj.status.allocation;
+  if (allocation.has_value()) {
+    for (const model::DeviceRequestAllocationResult& r : allocation->devices.results) {
+      Key device = DeviceKey(r.driver, r.pool, r.device);
+      devices.emplace_back(device, class_of[r.request]);
+      auto& capacity = consumed[device];
+      for (const auto& [name, value] : r.consumed_capacity) {
+        capacity[name] += value.AsApproximateDouble();
+      }
+    }
+    claim.allocation_time = allocation->allocation_timestamp;
+  }
+  claim.allocated = allocation.has_value();
+  SetClaimAllocations(claim, std::move(devices), std::move(consumed));
+  std::vector<Key> pods;
+  for (const model::ResourceClaimConsumerReference& ref : obj.status.reserved_for) {
+    if (ref.resource == "pods" && ref.api_group.empty()) {
+      pods.push_back(absl::StrCat(claim.ns, "/", ref.name));
+    }
+  }
+  SetReservations(claim, std::move(pods));
+  RefreshClaimState(claim);
+  Flush();
+}
+
+void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
+                                   std::map<Key, std::map<std::string, double>> consumed) {
+  if (devices == claim.devices) {
+    bool same = true;
+    for (const auto& [device, capacity] : consumed) {
+      auto a = allocations_.find(device);
+      same = same && a != allocations_.end() && a->second.count(claim.key) > 0 &&
+             a->second[claim.key] == capacity;
+    }
+    if (same) {
+      return;
+    }
+  }
+  std::set<Key> touched;
+  for (const auto& [device, cls] : claim.devices) {
+    auto a = allocations_.find(device);
+    if (a != allocations_.end()) {
+      a->second.erase(claim.key);
+      if (a->second.empty()) {
+        allocations_.erase(a);
+      }
+    }
+    touched.insert(device);
+  }
+  for (const auto& [device, capacity] : consumed) {
+    allocations_[device][claim.key] = capacity;
+    touched.insert(device);
+  }
+  claim.devices = std::move(devices);
+  for (const Key& device : touched) {
+    AllocationChanged(device);
+  }
+}
+
+void Analyzer::SetReservations(Claim& claim, std::vector<Key> pods) {
+  if (pods == claim.reserved_pods) {
+    return;
+  }
+  for (const Key& pod : claim.reserved_pods) {
+    auto it = pod_claims_.find(pod);
+    if (it != pod_claims_.end()) {
+      it->second.erase(claim.key);
+      if (it->second.empty()) {
+        pod_claims_.erase(it);
+      }
+    }
+  }
+  for (const Key& pod : pods) {
+    pod_claims_[pod].insert(claim.key);
+  }
+  claim.reserved_pods = std::move(pods);
+}
+
+ClaimState Analyzer::StateOfClaim(const Claim& claim) const {
+  if (!claim.allocated) {
+    return ClaimState::kPending;
+  }
+  if (claim.reserved_pods.empty()) {
+    return ClaimState::kAllocated;
+  }
+  for (const Key& pod : claim.reserved_pods) {
+    auto it = pods_running_.find(pod);
+    if (it != pods_running_.end() && it->second) {
+      return ClaimState::kInUse;
+    }
+  }
+  return ClaimState::kReserved;
+}
+
+void Analyzer::RecordTransition(Claim& claim, cluster::Transition to) {
+  transition_counters_[to]->Increment();
+  claim.span->AddEvent(ToString(to));
+}
+
+void Analyzer::RefreshClaimState(Claim& claim) {
+  const ClaimState state = StateOfClaim(claim);
+  const bool had_state = claim.has_state;
+  const ClaimState old = claim.state;
+  if (had_state && old == state) {
+    return;
+  }
+  auto count = [&](ClaimState s, int delta) {
+    std::vector<std::string> labels = {std::string(ToString(s)), claim.device_class, claim.ns};
+    auto [it, inserted] = claim_counts_.emplace(labels, std::make_pair(nullptr, 0));
+    if (inserted) {
+      it->second.first = &claims_.Add(
+          {{"state", labels[0]}, {"device_class", labels[1]}, {"namespace", labels[2]}});
+    }
+    it->second.second += delta;
+    it->second.first->Set(it->second.second);
+  };
+  if (had_state) {
+    count(old, -1);
+  }
+  count(state, +1);
+  claim.has_state = true;
+  claim.state = state;
+
+  const bool was_allocated = had_state && old != ClaimState::kPending;
+  const bool was_reserved =
+      had_state && (old == ClaimState::kReserved || old == ClaimState::kInUse);
+  const bool reserved = state == ClaimState::kReserved || state == ClaimState::kInUse;
+  if (state == ClaimState::kPending) {
+    claim.seen_pending = true;
+  }
+  if (!was_allocated && state != ClaimState::kPending) {
+    RecordTransition(claim, Transition::kAllocated);
+    if (claim.seen_pending) {
+      absl::Time at = claim.allocation_time.value_or(clock_.Now());
+      auto [it, inserted] = latency_.emplace(claim.device_class, nullptr);
+      if (inserted) {
+        it->second =
+            &allocation_latency_.Add({{"device_class", claim.device_class}}, LatencyBuckets());
+      }
+      it->second->Observe(std::max(0.0, absl::ToDoubleSeconds(at - claim.created)));
+    }
+  }
+  if (!was_reserved && reserved) {
+    RecordTransition(claim, Transition::kReserved);
+  }
+  if (was_reserved && !reserved) {
+    RecordTransition(claim, Transition::kReleased);
+  }
+  if (state == ClaimState::kInUse && (!had_state || old != ClaimState::kInUse)) {
+    RecordTransition(claim, Transition::kInUse);
+  }
+  if (state == ClaimState::kPending && !claim.pending) {
+    EnterPending(claim);
+  } else if (state != ClaimState::kPending && claim.pending) {
+    LeavePending(claim);
+  }
+  // allocated_not_running follows the state of the claims holding a device.
+  for (const auto& [device, cls] : claim.devices) {
+    if (auto d = devices_.find(device); d != devices_.end()) {
+      MarkDeviceDirty(*d->second);
+    }
+  }
+}
+
+void Analyzer::EnterPending(Claim& claim) {
+  claim.pending = true;
+  pending_.insert(claim.key);
+  if (pending_per_class_[claim.device_class]++ == 0) {
+    pending_shape_changed_ = true;
+  }
+  for (const auto& r : claim.requests) {
+    auto [it, inserted] = pending_requests_.emplace(r->signature, std::make_pair(r, 0));
+    if (it->second.second++ == 0) {
+      pending_shape_changed_ = true;
+    }
+  }
+  UpdatePendingSeries(claim);
+}
+
+void Analyzer::LeavePending(Claim& claim) {
+  claim.pending = false;
+  pending_.erase(claim.key);
+  if (--pending_per_class_[claim.device_class] == 0) {
+    pending_per_class_.erase(claim.device_class);
+    pending_shape_changed_ = true;
+  }
+  for (const auto& r : claim.requests) {
+    auto it = pending_requests_.find(r->signature);
+    if (it != pending_requests_.end() && --it->second.second == 0) {
+      pending_requests_.erase(it);
+      pending_shape_changed_ = true;
+    }
+  }
+  UpdatePendingSeries(claim);
+}
+
+void Analyzer::UpdatePendingSeries(Claim& claim) {
+  std::optional<PendingReason> reason;
+  if (claim.pending) {
+    reason = ReasonOfClaim(claim);
+  }
+  if (reason != claim.reason) {
+    auto count = [&](PendingReason r, int delta) {
+      std::vector<std::string> labels = {claim.device_class, std::string(ToString(r))};
+      auto [it, inserted] = pending_counts_.emplace(labels, std::make_pair(nullptr, 0));
+      if (inserted) {
+        it->second.first =
+            &pending_claims_.Add({{"device_class", labels[0]}, {"reason", labels[1]}});
+      }
+      it->second.second += delta;
+      it->second.first->Set(it->second.second);
+    };
+    if (claim.reason.has_value()) {
+      count(*claim.reason, -1);
+    }
+    if (claim.age != nullptr) {
+      pending_age_.Remove(claim.age);
+      claim.age = nullptr;
+    }
+    if (reason.has_value()) {
+      count(*reason, +1);
+      claim.age = &pending_age_.Add({{"namespace", claim.ns},
+                                     {"claim", claim.name},
+                                     {"device_class", claim.device_class},
+                                     {"reason", std::string(ToString(*reason))}});
+      claim.span->AddEvent("pending", {{"reason", std::string(ToString(*reason))}});
+    }
+    claim.reason = reason;
+  }
+  if (claim.age != nullptr) {
+    claim.age->Set(std::max(0.0, absl::ToDoubleSeconds(clock_.Now() - claim.created)));
+  }
+}
+
+bool Analyzer::RequestFits(const Request& request, Device& device) {
+  if (!request.alternatives.empty()) {
+    for (const auto& alt : request.alternatives) {
+      if (RequestFits(*alt, device)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  auto cls = classes_.find(request.device_class);
+  if (cls == classes_.end() || MatchesAll(device, cls->second) != cel::Verdict::kTrue ||
+      MatchesAll(device, request.selectors) != cel::Verdict::kTrue) {
+    return false;
+  }
+  for (const model::DeviceTaint& taint : device.spec.taints) {
+    if (Blocking(taint) &&
+        std::none_of(request.tolerations.begin(), request.tolerations.end(),
+                     [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+PendingReason Analyzer::ReasonOfRequest(const Request& request) {
+  if (!request.alternatives.empty()) {
+    // firstAvailable: the best verdict among the alternatives.
+    PendingReason best = PendingReason::kUnsatisfiable;
+    for (const auto& alt : request.alternatives) {
+      best = std::max(best, ReasonOfRequest(*alt));
+    }
+    return best;
+  }
+  if (auto cached = reason_cache_.find(request.signature); cached != reason_cache_.end()) {
+    return cached->second;
+  }
+  PendingReason reason = PendingReason::kUnsatisfiable;
+  auto cls = classes_.find(request.device_class);
+  if (cls != classes_.end()) {
+    bool unknown = !class_unknown_[request.device_class].empty();
+    int64_t matching = 0, untainted = 0, free = 0;
+    for (const Key& key : class_devices_[request.device_class]) {
+      Device& d = *devices_.at(key);
+      cel::Verdict v = MatchesAll(d, request.selectors);
+      if (v == cel::Verdict::kUnknown) {
+        unknown = true;
+      }
+      if (v != cel::Verdict::kTrue) {
+        continue;
+      }
+      ++matching;
+      bool blocked_by_taint = false;
+      for (const model::DeviceTaint& taint : d.spec.taints) {
+        blocked_by_taint =
+            blocked_by_taint ||
+            (Blocking(taint) &&
+             std::none_of(request.tolerations.begin(), request.tolerations.end(),
+                          [&](const model::DeviceToleration& t) { return Tolerates(t, taint); }));
+      }
+      if (blocked_by_taint) {
+        continue;
+      }
+      ++untainted;
+      if (!DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node)) {
+        ++free;
+      }
+    }
+    if (matching == 0 || (!request.all && matching < request.count)) {
+      reason = unknown ? PendingReason::kUnknown : PendingReason::kUnsatisfiable;
+    } else if (untainted == 0 || (!request.all && untainted < request.count)) {
+      reason = PendingReason::kTainted;
+    } else if (free < (request.all ? untainted : request.count)) {
+      reason = PendingReason::kNoCapacity;
+    } else {
+      reason = PendingReason::kWaitingForPod;
+    }
+  }
+  reason_cache_[request.signature] = reason;
+  return reason;
+}
+
+PendingReason Analyzer::ReasonOfClaim(const Claim& claim) {
+  PendingReason worst = PendingReason::kWaitingForPod;
+  for (const auto& r : claim.requests) {
+    worst = std::min(worst, ReasonOfRequest(*r));
+  }
+  return worst;
+}
+
+void Analyzer::DeleteClaim(const model::ResourceClaim& obj) {
+  absl::MutexLock lock(&mu_);
+  DeleteClaimLocked(absl::StrCat(obj.metadata.namespace_name, "/", obj.metadata.name));
+  Flush();
+}
+
+void Analyzer::DeleteClaimLocked(const Key& key) {
+  auto it = claims_by_key_.find(key);
+  if (it == claims_by_key_.end()) {
+    return;
+  }
+  Claim& claim = *it->second;
+  if (claim.pending) {
+    LeavePending(claim);
+  }
+  SetClaimAllocations(claim, {}, {});
+  SetReservations(claim, {});
+  if (claim.has_state) {
+    auto c = claim_counts_.find({std::string(ToString(claim.state)), claim.device_class, claim.ns});
+    if (c != claim_counts_.end()) {
+      c->second.first->Set(--c->second.second);
+    }
+  }
+  RecordTransition(claim, Transition::kDeleted);
+  claim.span->End();
+  claims_by_key_.erase(it);
+}
+
+// --- derived series ----------------------------------------------------------------------------
+
+void Analyzer::Flush() {
+  if (capacity_changed_ || pending_shape_changed_) {
+    reason_cache_.clear();
+    for (const Key& key : pending_) {
+      UpdatePendingSeries(*claims_by_key_.at(key));
+    }
+  }
+  if (pending_shape_changed_) {
+    MarkAllNodesDirty();
+  }
+  capacity_changed_ = false;
+  pending_shape_changed_ = false;
+  std::set<std::string> dirty;
+  dirty.swap(dirty_nodes_);
+  for (const std::string& node : dirty) {
+    RecomputeNode(node);
+  }
+}
+
+void Analyzer::Accrue(Series& series, absl::Time now) {
+  const double dt = absl::ToDoubleSeconds(now - series.last);
+  series.last = now;
+  if (dt <= 0 || series.total == 0) {
+    return;
+  }
+  series.seconds->Increment(series.total * dt);
+  double cost = 0;
+  for (const auto& [product, count] : series.products) {
+    cost += count * prices_.PriceOf(series.device_class, product) / 3600.0 * dt;
+  }
+  if (cost > 0) {
+    series.cost->Increment(cost);
+  }
+}
+
+void Analyzer::RecomputeNode(const std::string& node) {
+  auto& slot = node_aggregates_[node];
+  if (slot == nullptr) {
+    slot = std::make_unique<NodeAggregate>();
+  }
+  NodeAggregate& agg = *slot;
+  const bool down = NodeDown(node);
+  std::map<std::vector<std::string>, int> pool;
+  std::map<std::vector<std::string>, std::map<std::string, int>> stranded;
+  static const std::vector<std::string> kNoClass = {""};
+  if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
+    for (const Key& key : devs->second) {
+      Device& d = *devices_.at(key);
+      const std::vector<std::string>& classes = d.classes.empty() ? kNoClass : d.classes;
+      const bool allocated = DeviceAllocated(d);
+      const bool blocked = DeviceBlocked(d);
+      PoolState state = d.tainted                ? PoolState::kTainted
+                        : (allocated || blocked) ? PoolState::kAllocated
+                                                 : PoolState::kFree;
+      for (const std::string& c : classes) {
+        ++pool[{d.driver, c, d.product, std::string(ToString(state))}];
+      }
+      std::set<std::pair<StrandedKind, std::string>> kinds;
+      if (auto a = allocations_.find(key); a != allocations_.end()) {
+        for (const auto& [claim_key, capacity] : a->second) {
+          auto c = claims_by_key_.find(claim_key);
+          if (c == claims_by_key_.end() || c->second->state == ClaimState::kInUse) {
+            continue;
+          }
+          for (const auto& [device, cls] : c->second->devices) {
+            if (device == key) {
+              kinds.insert({StrandedKind::kAllocatedNotRunning, cls});
+            }
+          }
+        }
+      }
+      if (d.tainted || down) {
+        for (const std::string& c : classes) {
+          kinds.insert({StrandedKind::kAdvertisedUnhealthy, c});
+        }
+      } else if (!allocated && !blocked) {
+        for (const std::string& c : d.classes) {
+          if (pending_per_class_.count(c) > 0) {
+            kinds.insert({StrandedKind::kFreeWhilePending, c});
+          }
+        }
+        if (d.type == "mig" && !pending_requests_.empty() &&
+            (allocations_.count(key) == 0 || allocations_[key].empty())) {
+          bool fits = false;
+          for (const auto& [signature, request] : pending_requests_) {
+            fits = fits || RequestFits(*request.first, d);
+          }
+          if (!fits) {
+            for (const std::string& c : classes) {
+              kinds.insert({StrandedKind::kUnplaceableFragment, c});
+            }
+          }
+        }
+      }
+      for (const auto& [kind, cls] : kinds) {
+        ++stranded[{std::string(ToString(kind)), cls}][d.product];
+      }
+    }
+  }
+  // Pool series: set the new counts, drop the ones that went to zero.
+  for (auto it = agg.pool_gauges.begin(); it != agg.pool_gauges.end();) {
+    if (pool.count(it->first) == 0) {
+      pool_devices_.Remove(it->second);
+      it = agg.pool_gauges.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [labels, count] : pool) {
+    prometheus::Gauge*& g = agg.pool_gauges[labels];
+    if (g == nullptr) {
+      g = &pool_devices_.Add({{"node", node},
+                              {"driver", labels[0]},
+                              {"device_class", labels[1]},
+                              {"product", labels[2]},
+                              {"state", labels[3]}});
+    }
+    g->Set(count);
+  }
+  agg.pool = std::move(pool);
+  // Stranded series: accrue what the old value earned, then switch to the new one.
+  const absl::Time now = clock_.Now();
+  std::set<std::vector<std::string>> keys = agg.stranded;
+  for (const auto& [labels, products] : stranded) {
+    keys.insert(labels);
+  }
+  for (const std::vector<std::string>& labels : keys) {
+    std::unique_ptr<Series>& s = stranded_[{labels[0], node, labels[1]}];
+    if (s == nullptr) {
+      s = std::make_unique<Series>();
+      prometheus::Labels l = {{"kind", labels[0]}, {"node", node}, {"device_class", labels[1]}};
+      s->gauge = &stranded_devices_.Add(l);
+      s->seconds = &stranded_seconds_.Add(l);
+      s->cost = &stranded_cost_.Add(l);
+      s->device_class = labels[1];
+      s->last = now;
+    }
+    Accrue(*s, now);
+    auto found = stranded.find(labels);
+    s->products = found == stranded.end() ? std::map<std::string, int>() : found->second;
+    s->total = 0;
+    for (const auto& [product, count] : s->products) {
+      s->total += count;
+    }
+    s->gauge->Set(s->total);
+  }
+  agg.stranded.clear();
+  for (const auto& [labels, products] : stranded) {
+    agg.stranded.insert(labels);
+  }
+  RecomputePlaceable(node);
+}
+
+void Analyzer::RecomputePlaceable(const std::string& node) {
+  NodeAggregate& agg = *node_aggregates_[node];
+  std::map<std::vector<std::string>, double> placeable;
+  for (const auto& [set_key, set] : counter_sets_) {
+    if (set->node != node) {
+      continue;
+    }
+    std::map<std::string, std::vector<Device*>> by_profile;
+    for (const Key& key : set->devices) {
+      Device& d = *devices_.at(key);
+      std::string profile = !d.profile.empty() ? d.profile : (!d.type.empty() ? d.type : "device");
+      auto& list = by_profile[profile];
+      auto a = allocations_.find(key);
+      if (!d.tainted && (a == allocations_.end() || a->second.empty())) {
+        list.push_back(&d);
+      }
+    }
+    for (auto& [profile, candidates] : by_profile) {
+      std::sort(candidates.begin(), candidates.end(),
+                [](const Device* a, const Device* b) { return a->key < b->key; });
+      std::map<std::string, double> left = set->capacity;
+      for (const auto& [name, used] : set->used) {
+        left[name] -= used;
+      }
+      int fits = 0;
+      for (const Device* d : candidates) {
+        for (const auto& [consumed_set, counters] : d->consumes) {
+          if (consumed_set != set_key) {
+            continue;
+          }
+          bool ok = true;
+          for (const auto& [name, need] : counters) {
+            ok = ok && left[name] + kEpsilon >= need;
+          }
+          if (ok) {
+            for (const auto& [name, need] : counters) {
+              left[name] -= need;
+            }
+            ++fits;
+          }
+        }
+      }
+      placeable[{set->name, profile}] = fits;
+    }
+  }
+  for (auto it = agg.placeable.begin(); it != agg.placeable.end();) {
+    if (placeable.count(it->first) == 0) {
+      mig_placeable_.Remove(it->second);
+      it = agg.placeable.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [labels, count] : placeable) {
+    prometheus::Gauge*& g = agg.placeable[labels];
+    if (g == nullptr) {
+      g = &mig_placeable_.Add({{"node", node}, {"gpu", labels[0]}, {"profile", labels[1]}});
+    }
+    g->Set(count);
+  }
+}
+
+void Analyzer::Tick() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_.Now();
+  for (auto& [labels, series] : stranded_) {
+    Accrue(*series, now);
+  }
+  for (const Key& key : pending_) {
+    Claim& claim = *claims_by_key_.at(key);
+    if (claim.age != nullptr) {
+      claim.age->Set(std::max(0.0, absl::ToDoubleSeconds(now - claim.created)));
+    }
+  }
+}
+
+std::optional<PendingReason> Analyzer::PendingReasonOf(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = claims_by_key_.find(key);
+  return it == claims_by_key_.end() ? std::nullopt : it->second->reason;
+}
+
+std::optional<ClaimState> Analyzer::StateOf(const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = claims_by_key_.find(key);
+  if (it == claims_by_key_.end()) {
+    return std::nullopt;
+  }
+  return it->second->state;
+}
+
+}  // namespace dralens::exporter::cluster

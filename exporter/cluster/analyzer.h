@@ -1,0 +1,207 @@
+// Analyzer: the cluster role's findings, kept up to date per watch event.
+//
+// It holds the decoded claims, slices, classes, pods and nodes and, after every event, updates
+// only what that event touches: the claim's own series, the devices and nodes whose state
+// changed, and the pending claims whose verdict could have moved. A scrape renders series that
+// are already set (dralens_cluster_* in the registry given to the constructor); nothing is
+// computed at scrape time. Tick() (called periodically) refreshes pending ages and accrues the
+// stranded device-seconds and their cost; accrual also happens whenever a series changes, so
+// the counters are exact at every event.
+//
+// How things are decided:
+//  - claim state: pending (no allocation), allocated, reserved (status.reservedFor set),
+//    in_use (a reserving pod is Running);
+//  - a device matches a class/request when every CEL selector is true (src/cel); verdicts are
+//    cached per (selector, device) and dropped when the device is republished;
+//  - pending reason, per request, most severe across requests: unsatisfiable (no matching
+//    device), unknown (no definite match and a selector outside the CEL subset), tainted
+//    (every match carries an untolerated NoSchedule/NoExecute taint), no_capacity (too few
+//    matches are free), else waiting_for_pod;
+//  - a device is allocated when a claim holds it; with allowMultipleAllocations, only when a
+//    consumed capacity reaches the device's value; a partitionable device whose shared
+//    counters are used up by other allocations counts as allocated too.
+//
+// Thread-safe (one mutex): informer threads call the event methods concurrently.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "exporter/cluster/findings.h"
+#include "exporter/cluster/pricing.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "src/cel/cel.h"
+#include "src/common/clock.h"
+#include "src/model/core.h"
+#include "src/model/resource.h"
+#include "src/telemetry/tracing/tracer.h"
+
+namespace dralens::exporter::cluster {
+
+// What the analyzer needs of a Node: whether its driver can serve (Ready, not gone).
+struct NodeInfo {
+  std::string name;
+  bool ready = true;  // false when the Ready condition is False or Unknown
+};
+
+struct AnalyzerOptions {
+  PriceTable prices;
+  // Clock for ages, latencies and device-seconds; must outlive the analyzer. Null: real clock.
+  common::Clock* clock = nullptr;
+};
+
+class Analyzer {
+ public:
+  // `registry` receives the dralens_cluster_* families; `tracer` the claim lifecycle spans.
+  // Both must outlive the analyzer.
+  Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer, AnalyzerOptions options);
+  ~Analyzer();  // ends the lifecycle spans of claims still open (without a deleted event)
+  Analyzer(const Analyzer&) = delete;
+  Analyzer& operator=(const Analyzer&) = delete;
+
+  void UpsertClaim(const model::ResourceClaim& claim) ABSL_LOCKS_EXCLUDED(mu_);
+  void DeleteClaim(const model::ResourceClaim& claim) ABSL_LOCKS_EXCLUDED(mu_);
+  void UpsertSlice(const model::ResourceSlice& slice) ABSL_LOCKS_EXCLUDED(mu_);
+  void DeleteSlice(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  void UpsertClass(const model::DeviceClass& device_class) ABSL_LOCKS_EXCLUDED(mu_);
+  void DeleteClass(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  void UpsertPod(const model::Pod& pod) ABSL_LOCKS_EXCLUDED(mu_);
+  void DeletePod(const std::string& ns, const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  void UpsertNode(const NodeInfo& node) ABSL_LOCKS_EXCLUDED(mu_);
+  void DeleteNode(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // From now on a node that is not in the cache is gone (its devices are advertised while
+  // its driver is down). Call once the Node informer has synced.
+  void SetNodesSynced() ABSL_LOCKS_EXCLUDED(mu_);
+  // Refreshes pending ages and accrues device-seconds and cost up to now.
+  void Tick() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The current pending verdict of a claim ("ns/name"), for tests and /debug.
+  std::optional<PendingReason> PendingReasonOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<ClaimState> StateOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Device;
+  struct CounterSet;
+  struct Claim;
+  struct Request;
+  struct Series;
+  struct NodeAggregate;
+  using Key = std::string;
+
+  // Selector evaluation, cached per (selector, device).
+  int SelectorId(const std::string& expression) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  cel::Verdict Evaluate(Device& device, int selector) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  cel::Verdict MatchesAll(Device& device, const std::vector<int>& selectors)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnclassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RequestFits(const Request& request, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveSliceLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnterPending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LeavePending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
+                           std::map<Key, std::map<std::string, double>> consumed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetReservations(Claim& claim, std::vector<Key> pods) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkAllNodesDirty() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Device and counter state.
+  bool DeviceAllocated(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DeviceBlocked(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool DeviceFree(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool NodeDown(const std::string& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecountCounters(const std::string& set_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AllocationChanged(const Key& device_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkDeviceDirty(const Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Claims.
+  ClaimState StateOfClaim(const Claim& claim) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshClaimState(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordTransition(Claim& claim, Transition to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeleteClaimLocked(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PendingReason ReasonOfRequest(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PendingReason ReasonOfClaim(const Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdatePendingSeries(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Applies what the event left dirty: pending verdicts, node aggregates, MIG placeable.
+  void Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecomputeNode(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecomputePlaceable(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Accrue(Series& series, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  prometheus::Family<prometheus::Gauge>& claims_;
+  prometheus::Family<prometheus::Gauge>& pending_claims_;
+  prometheus::Family<prometheus::Gauge>& pending_age_;
+  prometheus::Family<prometheus::Histogram>& allocation_latency_;
+  prometheus::Family<prometheus::Counter>& transitions_;
+  prometheus::Family<prometheus::Gauge>& pool_devices_;
+  prometheus::Family<prometheus::Gauge>& stranded_devices_;
+  prometheus::Family<prometheus::Counter>& stranded_seconds_;
+  prometheus::Family<prometheus::Counter>& stranded_cost_;
+  prometheus::Family<prometheus::Gauge>& mig_placeable_;
+  telemetry::Tracer& tracer_;
+  const PriceTable prices_;
+  common::Clock& clock_;
+
+  absl::Mutex mu_;
+  // Selectors: compiled once per distinct expression.
+  std::unordered_map<std::string, int> selector_ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::StatusOr<cel::Program>> programs_ ABSL_GUARDED_BY(mu_);
+
+  std::map<std::string, std::vector<int>> classes_ ABSL_GUARDED_BY(mu_);  // name -> selectors
+  std::unordered_map<Key, std::unique_ptr<Device>> devices_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::unique_ptr<CounterSet>> counter_sets_ ABSL_GUARDED_BY(mu_);
+  // slice name -> device keys and counter set keys it published
+  std::unordered_map<std::string, std::pair<std::vector<Key>, std::vector<std::string>>> slices_
+      ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::set<Key>> node_devices_ ABSL_GUARDED_BY(mu_);
+  // class -> devices that match it for sure / whose verdict is unknown
+  std::map<std::string, std::set<Key>> class_devices_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::set<Key>> class_unknown_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
+  bool nodes_synced_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::unordered_map<Key, std::unique_ptr<Claim>> claims_by_key_ ABSL_GUARDED_BY(mu_);
+  // device key -> claim key -> consumed capacity (name -> value)
+  std::unordered_map<Key, std::map<Key, std::map<std::string, double>>> allocations_
+      ABSL_GUARDED_BY(mu_);
+  std::unordered_map<Key, bool> pods_running_ ABSL_GUARDED_BY(mu_);         // "ns/name" -> Running
+  std::unordered_map<Key, std::set<Key>> pod_claims_ ABSL_GUARDED_BY(mu_);  // pod -> reserving
+  std::set<Key> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> pending_per_class_ ABSL_GUARDED_BY(mu_);
+  // Request shapes of the pending claims, with how many pending claims hold each.
+  std::map<std::string, std::pair<std::shared_ptr<Request>, int>> pending_requests_
+      ABSL_GUARDED_BY(mu_);
+
+  // Dirty sets, applied by Flush().
+  std::set<std::string> dirty_nodes_ ABSL_GUARDED_BY(mu_);
+  bool capacity_changed_ ABSL_GUARDED_BY(mu_) = false;
+  bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Verdicts per request shape, valid until capacity changes.
+  std::map<std::string, PendingReason> reason_cache_ ABSL_GUARDED_BY(mu_);
+
+  // Aggregated series.
+  std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> claim_counts_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> pending_counts_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Histogram*> latency_ ABSL_GUARDED_BY(mu_);
+  std::map<Transition, prometheus::Counter*> transition_counters_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::unique_ptr<NodeAggregate>> node_aggregates_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::vector<std::string>, std::unique_ptr<Series>> stranded_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace dralens::exporter::cluster

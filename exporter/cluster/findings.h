@@ -1,0 +1,44 @@
+// The bounded label values of the cluster analyzer, each an enum with one ToString.
+#pragma once
+
+#include "absl/strings/string_view.h"
+
+namespace dralens::exporter::cluster {
+
+// dralens_cluster_claims{state}.
+enum class ClaimState { kPending, kAllocated, kReserved, kInUse };
+absl::string_view ToString(ClaimState state);
+
+// Why a claim pends, most severe first: a claim with several requests takes the most severe
+// reason among them.
+enum class PendingReason {
+  kUnsatisfiable,  // no published device could ever match a request
+  kUnknown,        // a selector uses CEL outside the subset, so nothing definite can be said
+  kTainted,        // the only matching devices carry NoSchedule/NoExecute taints not tolerated
+  kNoCapacity,     // matching devices exist, but too few are free
+  kWaitingForPod,  // capacity is there: no scheduled pod has asked for the claim yet
+};
+absl::string_view ToString(PendingReason reason);
+
+// dralens_cluster_pool_devices{state}. A device whose shared counters are used up by other
+// allocations is counted as allocated.
+enum class PoolState { kFree, kAllocated, kTainted };
+absl::string_view ToString(PoolState state);
+
+// dralens_cluster_stranded_*{kind}.
+enum class StrandedKind {
+  kAllocatedNotRunning,
+  kFreeWhilePending,
+  kUnplaceableFragment,
+  kAdvertisedUnhealthy,
+};
+inline constexpr StrandedKind kStrandedKinds[] = {
+    StrandedKind::kAllocatedNotRunning, StrandedKind::kFreeWhilePending,
+    StrandedKind::kUnplaceableFragment, StrandedKind::kAdvertisedUnhealthy};
+absl::string_view ToString(StrandedKind kind);
+
+// dralens_cluster_claim_transitions_total{to}; each is an event on the lifecycle span.
+enum class Transition { kCreated, kAllocated, kReserved, kInUse, kReleased, kDeleted };
+absl::string_view ToString(Transition transition);
+
+}  // namespace dralens::exporter::cluster

@@ -1,0 +1,136 @@
+// Helpers for the cluster analyzer tests: objects for the embedded API server, and reading
+// series back from a registry.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/registry.h"
+
+namespace dralens::exporter::cluster::testing {
+
+inline constexpr char kDriver[] = "gpu.dralens.dev";
+
+struct DeviceSpec {
+  std::string name;
+  std::string type;     // gpu | mig
+  std::string product;  // productName
+  std::string uuid;
+  std::string profile;  // MIG profile, "" for none
+  std::string counter_set;
+  int counters = 0;  // memory-slices consumed from counter_set
+  bool tainted = false;
+};
+
+inline nlohmann::json Slice(const std::string& node, const std::vector<DeviceSpec>& devices,
+                            const std::map<std::string, int>& counter_sets = {}) {
+  nlohmann::json slice = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceSlice"},
+      {"metadata", {{"name", node + "-gpus"}}},
+      {"spec",
+       {{"driver", kDriver},
+        {"nodeName", node},
+        {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
+        {"devices", nlohmann::json::array()}}}};
+  for (const auto& [set, slices] : counter_sets) {
+    slice["spec"]["sharedCounters"].push_back(
+        {{"name", set}, {"counters", {{"memory-slices", {{"value", std::to_string(slices)}}}}}});
+  }
+  for (const DeviceSpec& d : devices) {
+    nlohmann::json dev = {{"name", d.name},
+                          {"attributes",
+                           {{"type", {{"string", d.type}}},
+                            {"productName", {{"string", d.product}}},
+                            {"uuid", {{"string", d.uuid}}}}}};
+    if (!d.profile.empty()) {
+      dev["attributes"]["profile"] = {{"string", d.profile}};
+    }
+    if (!d.counter_set.empty()) {
+      dev["consumesCounters"] = nlohmann::json::array(
+          {{{"counterSet", d.counter_set},
+            {"counters", {{"memory-slices", {{"value", std::to_string(d.counters)}}}}}}});
+    }
+    if (d.tainted) {
+      dev["taints"] =
+          nlohmann::json::array({{{"key", "dralens.dev/xid"}, {"effect", "NoSchedule"}}});
+    }
+    slice["spec"]["devices"].push_back(dev);
+  }
+  return slice;
+}
+
+inline nlohmann::json Class(const std::string& name, const std::string& cel) {
+  return {{"apiVersion", "resource.k8s.io/v1"},
+          {"kind", "DeviceClass"},
+          {"metadata", {{"name", name}}},
+          {"spec", {{"selectors", nlohmann::json::array({{{"cel", {{"expression", cel}}}}})}}}};
+}
+
+inline nlohmann::json Claim(const std::string& ns, const std::string& name,
+                            const std::string& device_class, const std::string& selector = "",
+                            int count = 1) {
+  nlohmann::json exactly = {{"deviceClassName", device_class}, {"count", count}};
+  if (!selector.empty()) {
+    exactly["selectors"] = nlohmann::json::array({{{"cel", {{"expression", selector}}}}});
+  }
+  return {{"apiVersion", "resource.k8s.io/v1"},
+          {"kind", "ResourceClaim"},
+          {"metadata", {{"namespace", ns}, {"name", name}}},
+          {"spec",
+           {{"devices",
+             {{"requests", nlohmann::json::array({{{"name", "req"}, {"exactly", exactly}}})}}}}}};
+}
+
+inline nlohmann::json Node(const std::string& name, bool ready) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata", {{"name", name}}},
+          {"status",
+           {{"conditions",
+             nlohmann::json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
+}
+
+// The value of the one series of `family` whose labels include all of `labels` (the sample
+// count for histograms); -1 when there is none; a test failure when several match.
+inline double Value(prometheus::Registry& registry, const std::string& family,
+                    const std::map<std::string, std::string>& labels) {
+  double found = -1;
+  int matches = 0;
+  for (const prometheus::MetricFamily& f : registry.Collect()) {
+    if (f.name != family) {
+      continue;
+    }
+    for (const prometheus::ClientMetric& m : f.metric) {
+      size_t hit = 0;
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        auto it = labels.find(l.name);
+        hit += it != labels.end() && it->second == l.value;
+      }
+      if (hit != labels.size()) {
+        continue;
+      }
+      ++matches;
+      switch (f.type) {
+        case prometheus::MetricType::Counter:
+          found = m.counter.value;
+          break;
+        case prometheus::MetricType::Gauge:
+          found = m.gauge.value;
+          break;
+        case prometheus::MetricType::Histogram:
+          found = static_cast<double>(m.histogram.sample_count);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  EXPECT_LE(matches, 1) << family << " has several matching series";
+  return found;
+}
+
+}  // namespace dralens::exporter::cluster::testing
