@@ -3,29 +3,19 @@
 #include <unistd.h>
 
 #include <memory>
-#include <thread>
 
 #include "absl/strings/numbers.h"
-#include "absl/synchronization/notification.h"
-#include "exporter/cluster/analyzer.h"
-#include "exporter/cluster/feed.h"
-#include "exporter/cluster/leader_gate.h"
-#include "exporter/cluster/pricing.h"
 #include "exporter/http/metrics_server.h"
-#include "src/app/cluster_watch.h"
+#include "src/app/cluster_role.h"
 #include "src/app/kube.h"
 #include "src/app/lifecycle.h"
 #include "src/app/roles.h"
 #include "src/app/telemetry_setup.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
-#include "src/k8s/leader_elector.h"
 
 namespace dralens::app {
 namespace {
-
-// How often pending ages and stranded device-seconds are brought up to date between events.
-constexpr absl::Duration kTickInterval = absl::Seconds(5);
 
 std::string HostName() {
   char buf[256] = {};
@@ -40,19 +30,11 @@ std::string HostName() {
 int RunCluster(const FlagValues& flags) {
   ProcessTelemetry telemetry = NewProcessTelemetry("cluster");
   std::shared_ptr<prometheus::Registry> registry = telemetry.registry;
-  auto cluster_registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
   std::unique_ptr<k8s::RestClient> client;
-  std::unique_ptr<exporter::cluster::Analyzer> analyzer;
-  std::unique_ptr<exporter::cluster::LeaderGate> gate;
-  std::unique_ptr<ClusterWatch> watch;
-  std::unique_ptr<k8s::LeaderElector> elector;
+  std::unique_ptr<ClusterRole> role;
   std::unique_ptr<exporter::MetricsServer> metrics_server;
-  absl::Notification stop_ticker;
-  std::unique_ptr<std::thread> ticker;
 
-  // Order matters: the analyzer exists before the informers feed it, the gate before the
-  // elector flips it, and teardown stops feeders before the analyzer goes away.
   std::vector<Step> startup = {
       {"connect to the API server",
        [&]() -> absl::Status {
@@ -63,72 +45,38 @@ int RunCluster(const FlagValues& flags) {
          return absl::OkStatus();
        }},
       {"start tracing", [&]() { return StartTracing(telemetry, "dralens-cluster"); }},
-      {"build the analyzer",
+      {"start the analyzer and its informers",
        [&]() -> absl::Status {
-         double price = 0;
-         if (!absl::SimpleAtod(flags.Get("price-per-device-hour"), &price)) {
+         ClusterRoleOptions options;
+         if (!absl::SimpleAtod(flags.Get("price-per-device-hour"),
+                               &options.price_per_device_hour)) {
            return absl::InvalidArgumentError("--price-per-device-hour: must be a number >= 0");
          }
-         ASSIGN_OR_RETURN(exporter::cluster::PriceTable prices,
-                          exporter::cluster::PriceTable::Load(flags.Get("price-file"), price));
-         exporter::cluster::AnalyzerOptions options;
-         options.prices = std::move(prices);
-         analyzer = std::make_unique<exporter::cluster::Analyzer>(
-             *cluster_registry, telemetry.tracer(), std::move(options));
-         gate = std::make_unique<exporter::cluster::LeaderGate>(cluster_registry, *registry);
-         return absl::OkStatus();
-       }},
-      {"start informers",
-       [&]() -> absl::Status {
-         watch = std::make_unique<ClusterWatch>(
-             *client, kube_metrics.get(), [&](const k8s::ResourceType& type) {
-               return exporter::cluster::HandlersFor(type, *analyzer);
-             });
-         watch->Start();
-         ticker = std::make_unique<std::thread>([&] {
-           bool nodes_synced = false;
-           do {
-             if (!nodes_synced && watch->Synced(k8s::kNodes.plural)) {
-               analyzer->SetNodesSynced();
-               nodes_synced = true;
-             }
-             analyzer->Tick();
-           } while (!stop_ticker.WaitForNotificationWithTimeout(kTickInterval));
-         });
-         return absl::OkStatus();
-       }},
-      {"elect a leader",
-       [&]() -> absl::Status {
-         if (!flags.GetBool("leader-elect")) {
-           gate->SetLeader(true);
-           return absl::OkStatus();
+         options.price_file = flags.Get("price-file");
+         options.leader_elect = flags.GetBool("leader-elect");
+         options.election.lease_name = flags.Get("leader-elect-lease-name");
+         options.election.lease_namespace = flags.Get("leader-elect-lease-namespace");
+         options.election.identity = flags.Get("leader-elect-identity");
+         if (options.election.identity.empty()) {
+           options.election.identity = HostName();
          }
-         k8s::LeaderElectionOptions options;
-         options.lease_name = flags.Get("leader-elect-lease-name");
-         options.lease_namespace = flags.Get("leader-elect-lease-namespace");
-         options.identity = flags.Get("leader-elect-identity");
-         if (options.identity.empty()) {
-           options.identity = HostName();
-         }
-         options.on_started_leading = [&] { gate->SetLeader(true); };
-         options.on_stopped_leading = [&] { gate->SetLeader(false); };
-         ASSIGN_OR_RETURN(elector, k8s::LeaderElector::Create(*client, std::move(options)));
-         elector->Start();
+         ASSIGN_OR_RETURN(role, ClusterRole::Start(std::move(options), *client, kube_metrics.get(),
+                                                   *registry, telemetry.tracer()));
          return absl::OkStatus();
        }},
       {"serve metrics",
        [&]() -> absl::Status {
          metrics_server = std::make_unique<exporter::MetricsServer>(
-             registry, [&] { return watch->Ready(); }, telemetry.exemplars.get());
+             registry, [&] { return role->Ready(); }, telemetry.exemplars.get());
          metrics_server->AddCollectable(telemetry.tracing_metrics.get());
-         metrics_server->AddCollectable(gate.get());
+         metrics_server->AddCollectable(role->collectable());
          return metrics_server->Start(flags.Get("metrics-address"));
        }},
       {"wait for shutdown",
        [&]() -> absl::Status {
          DLOG(kInfo, "cluster", "running");
          DLOG(kInfo, "cluster", "stopping",
-              {{"signal", WaitForShutdownSignal()}, {"cache", watch->Summary()}});
+              {{"signal", WaitForShutdownSignal()}, {"cache", role->Summary()}});
          return absl::OkStatus();
        }},
   };
@@ -140,27 +88,15 @@ int RunCluster(const FlagValues& flags) {
          }
          return absl::OkStatus();
        }},
-      {"release the lease",
+      {"release the lease, stop informers, end claim spans",
        [&] {
-         if (elector) {
-           elector->Stop();
+         if (role) {
+           role->Stop();
          }
          return absl::OkStatus();
        }},
-      {"stop informers",
+      {"flush traces",
        [&] {
-         if (ticker) {
-           stop_ticker.Notify();
-           ticker->join();
-         }
-         if (watch) {
-           watch->Stop();
-         }
-         return absl::OkStatus();
-       }},
-      {"end claim spans and flush traces",
-       [&] {
-         analyzer.reset();
          telemetry.Shutdown();
          return absl::OkStatus();
        }},

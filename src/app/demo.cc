@@ -1,9 +1,10 @@
 // `dralens demo`: everything on this machine, no cluster needed.
 //
 // Starts the embedded API server, registers the simulated nodes and runs the node role for each
-// of them in this process (each with its own kubelet directories and CDI root, registered by a
-// kubelet stand-in), runs the cluster role's informers against the API server, and prints how
-// to look at it all with kubectl and curl.
+// of them in this process (each with its own kubelet directories, CDI root and metrics port,
+// registered by a kubelet stand-in), runs the cluster role against the API server, starts the
+// workload generator (workload.h: users, scheduler and kubelet stand-in, preparing through the
+// nodes' real gRPC sockets), and prints how to look at it all with kubectl and curl.
 #include <stdlib.h>
 
 #include <cstdio>
@@ -14,12 +15,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "exporter/http/metrics_server.h"
-#include "src/app/cluster_watch.h"
+#include "src/app/cluster_role.h"
 #include "src/app/kube.h"
 #include "src/app/lifecycle.h"
 #include "src/app/node_driver.h"
 #include "src/app/roles.h"
 #include "src/app/telemetry_setup.h"
+#include "src/app/workload.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 #include "src/sim/api_server.h"
@@ -28,12 +30,14 @@
 namespace dralens::app {
 namespace {
 
-// The simulated nodes alternate between the two built-in machine profiles.
+// The simulated nodes alternate between an H100 node whose two GPUs are in dynamic-MIG mode and
+// an A100 node with eight whole GPUs.
 std::string DemoNodeName(int i) {
   return i % 2 == 0 ? absl::StrCat("dgx-h100-", i / 2) : absl::StrCat("a100-", i / 2);
 }
 
-std::string DemoProfile(int i) { return i % 2 == 0 ? "dgx-h100" : "a100-40gb"; }
+std::string DemoProfile(int i) { return i % 2 == 0 ? "h100x2" : "a100-40gb"; }
+bool DemoDynamicMig(int i) { return i % 2 == 0; }
 
 nlohmann::json DemoNode(const std::string& name, int i) {
   return {
@@ -85,7 +89,8 @@ int RunDemo(const FlagValues& flags) {
   std::unique_ptr<sim::ApiServer> api_server;
   std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
   std::unique_ptr<k8s::RestClient> client;
-  std::unique_ptr<ClusterWatch> watch;
+  std::unique_ptr<ClusterRole> cluster;
+  std::unique_ptr<Workload> workload;
   std::unique_ptr<exporter::MetricsServer> metrics_server;
   std::vector<std::unique_ptr<SimulatedNode>> sim_nodes;
   k8s::RestConfig api_config;
@@ -145,6 +150,8 @@ int RunDemo(const FlagValues& flags) {
            options.cdi_root = NodeDir(flags, "cdi-root", scratch, "cdi", n.name);
            options.device_source.kind = "simulated";
            options.device_source.simulated_profile = DemoProfile(i);
+           options.dynamic_mig = DemoDynamicMig(i);
+           options.api_minor = ServerMinorVersion(*n.client);
            // The embedded API server accepts taints; show health in the slices.
            options.device_taints = true;
            RETURN_IF_ERROR(StartTracing(n.telemetry, "dralens-node", {{"k8s.node.name", n.name}}));
@@ -176,18 +183,40 @@ int RunDemo(const FlagValues& flags) {
        }},
       {"start the cluster role",
        [&]() -> absl::Status {
-         watch = std::make_unique<ClusterWatch>(*client, kube_metrics.get());
-         watch->Start();
+         RETURN_IF_ERROR(StartTracing(telemetry, "dralens-cluster"));
+         ClusterRoleOptions options;
+         options.price_per_device_hour = 2.5;  // a round on-demand price, so cost has data
+         options.tick = absl::Seconds(1);
+         ASSIGN_OR_RETURN(
+             cluster, ClusterRole::Start(std::move(options), *client, kube_metrics.get(), *registry,
+                                         telemetry.tracer()));
          metrics_server = std::make_unique<exporter::MetricsServer>(
              registry,
              [&]() -> absl::Status {
                for (const auto& n : sim_nodes) {
                  RETURN_IF_ERROR_CTX(n->driver->Ready(), n->name);
                }
-               return watch->Ready();
+               return cluster->Ready();
              },
              telemetry.exemplars.get());
+         metrics_server->AddCollectable(telemetry.tracing_metrics.get());
+         metrics_server->AddCollectable(cluster->collectable());
          return metrics_server->Start(flags.Get("metrics-address"));
+       }},
+      {"start the workload",
+       [&]() -> absl::Status {
+         WorkloadOptions options;
+         options.driver_name = flags.Get("driver-name");
+         (void)absl::SimpleAtoi(flags.Get("demo-seed"), &options.seed);
+         (void)absl::ParseDuration(flags.Get("demo-claim-interval"), &options.claim_interval);
+         (void)absl::ParseDuration(flags.Get("demo-pod-duration"), &options.mean_pod_duration);
+         for (const auto& n : sim_nodes) {
+           options.plugin_sockets[n->name] = n->driver->dra_socket_path();
+         }
+         workload = std::make_unique<Workload>(std::move(options), *client, common::RealClock());
+         RETURN_IF_ERROR_CTX(workload->Setup(), "set up the workload");
+         workload->Start();
+         return absl::OkStatus();
        }},
       {"print where to look",
        [&]() -> absl::Status {
@@ -195,7 +224,7 @@ int RunDemo(const FlagValues& flags) {
              "\ndralens demo is running.\n\n"
              "  API server:  %s\n"
              "    kubectl --server %s get nodes,resourceslices,resourceclaims,deviceclasses -A\n"
-             "  metrics:     http://127.0.0.1:%d/metrics   (readiness: /readyz)\n",
+             "  cluster role metrics: http://127.0.0.1:%d/metrics   (readiness: /readyz)\n",
              api_server->url().c_str(), api_server->url().c_str(), metrics_server->port());
          for (const auto& n : sim_nodes) {
            std::printf(
@@ -204,6 +233,11 @@ int RunDemo(const FlagValues& flags) {
                n->name.c_str(), n->metrics_server->port(), n->driver->device_count(),
                n->driver->dra_socket_path().c_str());
          }
+         std::printf(
+             "\n  workload: a claim every %s in namespace demo (seed %s); pods run %s on "
+             "average\n    kubectl --server %s get pods,resourceclaims -n demo\n",
+             flags.Get("demo-claim-interval").c_str(), flags.Get("demo-seed").c_str(),
+             flags.Get("demo-pod-duration").c_str(), api_server->url().c_str());
          std::printf("\nPress Ctrl-C to stop.\n\n");
          std::fflush(stdout);
          return absl::OkStatus();
@@ -211,11 +245,18 @@ int RunDemo(const FlagValues& flags) {
       {"wait for shutdown",
        [&]() -> absl::Status {
          DLOG(kInfo, "demo", "stopping",
-              {{"signal", WaitForShutdownSignal()}, {"cache", watch->Summary()}});
+              {{"signal", WaitForShutdownSignal()}, {"cache", cluster->Summary()}});
          return absl::OkStatus();
        }},
   };
   std::vector<Step> teardown = {
+      {"stop the workload",
+       [&] {
+         if (workload) {
+           workload->Stop();
+         }
+         return absl::OkStatus();
+       }},
       {"stop metrics",
        [&] {
          if (metrics_server) {
@@ -243,9 +284,10 @@ int RunDemo(const FlagValues& flags) {
        }},
       {"stop the cluster role",
        [&] {
-         if (watch) {
-           watch->Stop();
+         if (cluster) {
+           cluster->Stop();
          }
+         telemetry.Shutdown();
          return absl::OkStatus();
        }},
       {"stop the API server",

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 
 namespace dralens::app {
 namespace {
@@ -43,6 +44,19 @@ std::string CheckNonNegativeNumber(absl::string_view v) {
     return "must be a number >= 0";
   }
   return "";
+}
+
+std::string CheckPositiveDuration(absl::string_view v) {
+  absl::Duration d;
+  if (!absl::ParseDuration(v, &d) || d <= absl::ZeroDuration()) {
+    return "must be a positive duration such as 500ms, 2s or 1m";
+  }
+  return "";
+}
+
+std::string CheckUnsigned(absl::string_view v) {
+  uint64_t n = 0;
+  return absl::SimpleAtoi(v, &n) ? "" : "must be a non-negative integer";
 }
 
 std::vector<FlagSpec> BuildFlags() {
@@ -85,13 +99,14 @@ std::vector<FlagSpec> BuildFlags() {
                "`simulated`.",
                {Role::kNode},
                OneOf({"nvml", "simulated"})});
-  f.push_back({"simulated-profile",
-               "DRALENS_SIMULATED_PROFILE",
-               "dgx-h100",
-               "Built-in simulated node profile (`dgx-h100`, `a100-40gb`, `mixed`) or the path "
-               "of a JSON profile. Used with `--device-source=simulated`.",
-               {Role::kNode},
-               CheckNonEmpty});
+  f.push_back(
+      {"simulated-profile",
+       "DRALENS_SIMULATED_PROFILE",
+       "dgx-h100",
+       "Built-in simulated node profile (`dgx-h100`, `h100x2`, `a100-40gb`, `mixed`) or the path "
+       "of a JSON profile. Used with `--device-source=simulated`.",
+       {Role::kNode},
+       CheckNonEmpty});
   f.push_back({"device-taints",
                "DRALENS_DEVICE_TAINTS",
                "false",
@@ -132,9 +147,29 @@ std::vector<FlagSpec> BuildFlags() {
   f.push_back({"demo-nodes",
                "DRALENS_DEMO_NODES",
                "2",
-               "How many simulated nodes the demo starts (alternating dgx-h100 and a100-40gb).",
+               "How many simulated nodes the demo starts, alternating an H100 node (two H100 "
+               "80GB in dynamic-MIG mode) and an A100 node (eight A100 40GB).",
                {Role::kDemo},
                CheckPositiveInt});
+  f.push_back({"demo-seed",
+               "DRALENS_DEMO_SEED",
+               "1",
+               "Seed of the demo's workload generator: the same seed makes the same claims.",
+               {Role::kDemo},
+               CheckUnsigned});
+  f.push_back({"demo-claim-interval",
+               "DRALENS_DEMO_CLAIM_INTERVAL",
+               "2s",
+               "How often the demo's workload generator creates a claim and schedules, starts "
+               "and finishes pods.",
+               {Role::kDemo},
+               CheckPositiveDuration});
+  f.push_back({"demo-pod-duration",
+               "DRALENS_DEMO_POD_DURATION",
+               "60s",
+               "Mean run time of the demo's pods (exponentially distributed).",
+               {Role::kDemo},
+               CheckPositiveDuration});
   f.push_back({"leader-elect",
                "DRALENS_LEADER_ELECT",
                "false",

@@ -16,4 +16,8 @@ absl::StatusOr<k8s::RestConfig> LoadRestConfig(const FlagValues& flags);
 absl::StatusOr<std::unique_ptr<k8s::RestClient>> BuildKubeClient(
     const k8s::RestConfig& config, const k8s::KubeRequestMetrics* metrics);
 
+// The API server's minor version (from /version), which decides the slice layout of shared
+// counters; 34 when it cannot be read (logged).
+int ServerMinorVersion(k8s::RestClient& client);
+
 }  // namespace dralens::app

@@ -21,27 +21,6 @@
 namespace dralens::app {
 namespace {
 
-// The API server's minor version, which decides the slice layout of shared counters. When it
-// cannot be read, 34: the combined layout, which a 1.35+ server rejects with a validation error
-// the publisher reports, rather than a layout it silently misreads.
-int ServerMinorVersion(k8s::RestClient& client) {
-  absl::StatusOr<nlohmann::json> version = client.ServerVersion();
-  int minor = 0;
-  if (version.ok()) {
-    std::string text = version->value("minor", "");
-    while (!text.empty() && !absl::ascii_isdigit(text.back())) {
-      text.pop_back();  // "35+" on some distributions
-    }
-    (void)absl::SimpleAtoi(text, &minor);
-  }
-  if (minor <= 0) {
-    DLOG(kWarn, "node", "could not read the API server's version; assuming 1.34 slice layout",
-         {{"error", version.ok() ? "no minor version" : version.status().message()}});
-    return 34;
-  }
-  return minor;
-}
-
 struct NodeState {
   ProcessTelemetry telemetry = NewProcessTelemetry("node");
   std::shared_ptr<prometheus::Registry> registry = telemetry.registry;

@@ -46,6 +46,7 @@ inline const ResourceType kDeviceClasses{"resource.k8s.io", "v1", "deviceclasses
                                          false};
 inline const ResourceType kPods{"", "v1", "pods", "Pod", true};
 inline const ResourceType kNodes{"", "v1", "nodes", "Node", false};
+inline const ResourceType kNamespaces{"", "v1", "namespaces", "Namespace", false};
 inline const ResourceType kLeases{"coordination.k8s.io", "v1", "leases", "Lease", true};
 
 struct ListOptions {

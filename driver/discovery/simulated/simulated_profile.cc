@@ -189,12 +189,15 @@ absl::StatusOr<std::vector<SimulatedGpuSpec>> ParseGpu(const json& entry, const 
 }  // namespace
 
 std::vector<std::string> BuiltinSimulatedProfileNames() {
-  return {"a100-40gb", "dgx-h100", "mixed"};
+  return {"a100-40gb", "dgx-h100", "h100x2", "mixed"};
 }
 
 absl::StatusOr<SimulatedProfile> BuiltinSimulatedProfile(absl::string_view name) {
   if (name == "dgx-h100") {
     return Uniform("dgx-h100", "h100-80gb", 8);
+  }
+  if (name == "h100x2") {
+    return Uniform("h100x2", "h100-80gb", 2);
   }
   if (name == "a100-40gb") {
     return Uniform("a100-40gb", "a100-40gb", 8);

@@ -1,0 +1,81 @@
+#include "src/app/cluster_role.h"
+
+#include <utility>
+
+#include "exporter/cluster/feed.h"
+#include "exporter/cluster/pricing.h"
+#include "src/common/status.h"
+
+namespace dralens::app {
+
+absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
+    ClusterRoleOptions options, k8s::KubeClient& client,
+    const k8s::KubeRequestMetrics* kube_metrics, prometheus::Registry& registry,
+    telemetry::Tracer& tracer) {
+  if (options.price_per_device_hour < 0) {
+    return absl::InvalidArgumentError("--price-per-device-hour: must be a number >= 0");
+  }
+  ASSIGN_OR_RETURN(
+      exporter::cluster::PriceTable prices,
+      exporter::cluster::PriceTable::Load(options.price_file, options.price_per_device_hour));
+  std::unique_ptr<ClusterRole> role(new ClusterRole());
+  // Order matters: the analyzer exists before the informers feed it, and the gate before the
+  // elector flips it.
+  role->cluster_registry_ = std::make_shared<prometheus::Registry>();
+  exporter::cluster::AnalyzerOptions analyzer_options;
+  analyzer_options.prices = std::move(prices);
+  role->analyzer_ = std::make_unique<exporter::cluster::Analyzer>(*role->cluster_registry_, tracer,
+                                                                  std::move(analyzer_options));
+  role->gate_ = std::make_unique<exporter::cluster::LeaderGate>(role->cluster_registry_, registry);
+
+  ClusterRole* self = role.get();
+  role->watch_ =
+      std::make_unique<ClusterWatch>(client, kube_metrics, [self](const k8s::ResourceType& type) {
+        return exporter::cluster::HandlersFor(type, *self->analyzer_);
+      });
+  role->watch_->Start();
+  const absl::Duration tick = options.tick;
+  role->ticker_ = std::make_unique<std::thread>([self, tick] {
+    bool nodes_synced = false;
+    do {
+      if (!nodes_synced && self->watch_->Synced(k8s::kNodes.plural)) {
+        self->analyzer_->SetNodesSynced();
+        nodes_synced = true;
+      }
+      self->analyzer_->Tick();
+    } while (!self->stop_ticker_.WaitForNotificationWithTimeout(tick));
+  });
+
+  if (!options.leader_elect) {
+    role->gate_->SetLeader(true);
+    return role;
+  }
+  k8s::LeaderElectionOptions election = std::move(options.election);
+  election.on_started_leading = [self] { self->gate_->SetLeader(true); };
+  election.on_stopped_leading = [self] { self->gate_->SetLeader(false); };
+  ASSIGN_OR_RETURN(role->elector_, k8s::LeaderElector::Create(client, std::move(election)));
+  role->elector_->Start();
+  return role;
+}
+
+ClusterRole::~ClusterRole() { Stop(); }
+
+void ClusterRole::Stop() {
+  if (stopped_) {
+    return;
+  }
+  stopped_ = true;
+  if (elector_) {
+    elector_->Stop();  // releases the lease for the standby
+  }
+  if (ticker_) {
+    stop_ticker_.Notify();
+    ticker_->join();
+  }
+  if (watch_) {
+    watch_->Stop();
+  }
+  analyzer_.reset();  // ends the claims' lifecycle spans
+}
+
+}  // namespace dralens::app

@@ -1,0 +1,71 @@
+// The cluster role as a component: the analyzer (exporter/cluster) fed by informers over
+// claims, slices, classes, pods and nodes, a periodic tick for ages and stranded
+// device-seconds, and optional leader election. `dralens cluster` runs one; `dralens demo`
+// runs one beside its simulated nodes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/leader_gate.h"
+#include "prometheus/registry.h"
+#include "src/app/cluster_watch.h"
+#include "src/k8s/client.h"
+#include "src/k8s/leader_elector.h"
+#include "src/k8s/request_metrics.h"
+#include "src/telemetry/tracing/tracer.h"
+
+namespace dralens::app {
+
+struct ClusterRoleOptions {
+  double price_per_device_hour = 0;
+  std::string price_file;  // empty: the flat price above
+  // Leader election through a Lease; without it this replica exports at once.
+  bool leader_elect = false;
+  k8s::LeaderElectionOptions election;
+  // How often pending ages and stranded device-seconds are brought up to date between events.
+  absl::Duration tick = absl::Seconds(5);
+};
+
+class ClusterRole {
+ public:
+  // Starts informers, the ticker and, if asked, the elector. `client`, `kube_metrics`,
+  // `registry` (where the leader gate exposes the cluster series) and `tracer` must outlive
+  // the role.
+  static absl::StatusOr<std::unique_ptr<ClusterRole>> Start(
+      ClusterRoleOptions options, k8s::KubeClient& client,
+      const k8s::KubeRequestMetrics* kube_metrics, prometheus::Registry& registry,
+      telemetry::Tracer& tracer);
+  ~ClusterRole();  // Stop()
+  ClusterRole(const ClusterRole&) = delete;
+  ClusterRole& operator=(const ClusterRole&) = delete;
+
+  // Releases the lease, stops the feeders and ends the claims' lifecycle spans. Idempotent.
+  void Stop();
+
+  // OK once every informer has synced.
+  absl::Status Ready() const { return watch_->Ready(); }
+  std::string Summary() const { return watch_->Summary(); }
+  // The cluster series, present only while this replica leads: add it to the metrics server.
+  prometheus::Collectable* collectable() { return gate_.get(); }
+
+ private:
+  ClusterRole() = default;
+
+  std::shared_ptr<prometheus::Registry> cluster_registry_;
+  std::unique_ptr<exporter::cluster::Analyzer> analyzer_;
+  std::unique_ptr<exporter::cluster::LeaderGate> gate_;
+  std::unique_ptr<ClusterWatch> watch_;
+  std::unique_ptr<k8s::LeaderElector> elector_;
+  absl::Notification stop_ticker_;
+  std::unique_ptr<std::thread> ticker_;
+  bool stopped_ = false;
+};
+
+}  // namespace dralens::app

@@ -1,0 +1,619 @@
+#include "src/app/workload.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "driver/proto/dra/v1/api.grpc.pb.h"
+#include "src/common/log.h"
+#include "src/common/status.h"
+#include "src/model/codec.h"
+
+namespace dralens::app {
+namespace {
+
+using nlohmann::json;
+namespace dra = ::k8s::io::kubelet::pkg::apis::dra::v1;
+
+constexpr char kComponent[] = "workload";
+
+struct KindWeight {
+  WorkloadKind kind;
+  int weight;
+};
+// A realistic mix: mostly whole GPUs and MIG slices, some sharing, a few hopeless requests.
+constexpr KindWeight kMix[] = {
+    {WorkloadKind::kFullGpu, 24}, {WorkloadKind::kMig1g, 16},        {WorkloadKind::kMig2g, 10},
+    {WorkloadKind::kMig3g, 8},    {WorkloadKind::kTimeSliced, 10},   {WorkloadKind::kMps, 10},
+    {WorkloadKind::kShared, 8},   {WorkloadKind::kUnsatisfiable, 4}, {WorkloadKind::kNoPod, 6},
+};
+
+std::string GpuClass(const std::string& driver) { return driver; }
+std::string MigClass(const std::string& driver) {
+  return absl::StrCat("mig.", driver.substr(driver.find('.') + 1));
+}
+std::string SharedClass(const std::string& driver) {
+  return absl::StrCat("gpu-shared.", driver.substr(driver.find('.') + 1));
+}
+
+json Opaque(const std::string& driver, const json& sharing) {
+  return {{"driver", driver},
+          {"parameters",
+           {{"apiVersion", "resource.dralens.dev/v1beta1"},
+            {"kind", "GpuConfig"},
+            {"sharing", sharing}}}};
+}
+
+json Selector(const std::string& expression) { return {{"cel", {{"expression", expression}}}}; }
+
+std::string TypeIs(const std::string& driver, const std::string& type) {
+  return absl::StrCat("device.driver == '", driver, "' && device.attributes['", driver,
+                      "'].type == '", type, "'");
+}
+
+// The dra.sock client of one node, as the kubelet holds it.
+std::unique_ptr<dra::DRAPlugin::Stub> Stub(const std::string& socket) {
+  return dra::DRAPlugin::NewStub(
+      grpc::CreateChannel(absl::StrCat("unix://", socket), grpc::InsecureChannelCredentials()));
+}
+
+std::unique_ptr<grpc::ClientContext> Deadline() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(45));
+  return context;
+}
+
+bool Blocks(const model::DeviceTaint& taint) {
+  return taint.effect == "NoSchedule" || taint.effect == "NoExecute";
+}
+
+}  // namespace
+
+absl::string_view ToString(WorkloadKind kind) {
+  switch (kind) {
+    case WorkloadKind::kFullGpu:
+      return "gpu";
+    case WorkloadKind::kMig1g:
+      return "mig-1g";
+    case WorkloadKind::kMig2g:
+      return "mig-2g";
+    case WorkloadKind::kMig3g:
+      return "mig-3g";
+    case WorkloadKind::kTimeSliced:
+      return "time-sliced";
+    case WorkloadKind::kMps:
+      return "mps";
+    case WorkloadKind::kShared:
+      return "shared";
+    case WorkloadKind::kUnsatisfiable:
+      return "huge";
+    case WorkloadKind::kNoPod:
+      return "early";
+  }
+  return "gpu";
+}
+
+std::vector<json> WorkloadDeviceClasses(const std::string& driver) {
+  auto device_class = [](const std::string& name, const std::string& expression) {
+    return json{{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "DeviceClass"},
+                {"metadata", {{"name", name}}},
+                {"spec", {{"selectors", json::array({Selector(expression)})}}}};
+  };
+  json shared = device_class(SharedClass(driver), TypeIs(driver, "gpu"));
+  shared["spec"]["config"] = json::array(
+      {{{"opaque", Opaque(driver, {{"strategy", "TimeSlicing"},
+                                   {"timeSlicingConfig", {{"interval", "Medium"}}}})}}});
+  return {device_class(GpuClass(driver), TypeIs(driver, "gpu")),
+          device_class(MigClass(driver), TypeIs(driver, "mig")), shared};
+}
+
+Workload::Workload(WorkloadOptions options, k8s::KubeClient& client, common::Clock& clock)
+    : options_(std::move(options)),
+      client_(client),
+      clock_(clock),
+      kind_rng_(options_.seed),
+      run_rng_(options_.seed ^ 0x9e3779b97f4a7c15ULL) {}
+
+Workload::~Workload() { Stop(); }
+
+absl::Status Workload::Setup() {
+  auto created = client_.Create(k8s::kNamespaces, "",
+                                {{"apiVersion", "v1"},
+                                 {"kind", "Namespace"},
+                                 {"metadata", {{"name", options_.namespace_name}}}});
+  if (!created.ok() && !k8s::IsAlreadyExists(created.status())) {
+    return common::Annotate(created.status(), "create the workload namespace");
+  }
+  for (const json& device_class : WorkloadDeviceClasses(options_.driver_name)) {
+    auto made = client_.Create(k8s::kDeviceClasses, "", device_class);
+    if (!made.ok() && !k8s::IsAlreadyExists(made.status())) {
+      return common::Annotate(
+          made.status(),
+          absl::StrCat("create DeviceClass ", device_class["metadata"]["name"].get<std::string>()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Workload::Start() {
+  if (thread_ != nullptr) {
+    return;
+  }
+  thread_ = std::make_unique<std::thread>([this] {
+    while (!stop_.WaitForNotificationWithTimeout(options_.claim_interval)) {
+      absl::Status s = Step();
+      if (!s.ok()) {
+        DLOG(kWarn, kComponent, "workload step failed", {{"error", s.message()}});
+      }
+    }
+  });
+}
+
+void Workload::Stop() {
+  if (!stop_.HasBeenNotified()) {
+    stop_.Notify();
+  }
+  if (thread_ != nullptr && thread_->joinable()) {
+    thread_->join();
+  }
+}
+
+Workload::Stats Workload::stats() const {
+  absl::MutexLock lock(&stats_mu_);
+  return stats_;
+}
+
+WorkloadKind Workload::PickKind() {
+  int total = 0;
+  for (const KindWeight& k : kMix) {
+    total += k.weight;
+  }
+  int pick = std::uniform_int_distribution<int>(0, total - 1)(kind_rng_);
+  for (const KindWeight& k : kMix) {
+    if (pick < k.weight) {
+      return k.kind;
+    }
+    pick -= k.weight;
+  }
+  return WorkloadKind::kFullGpu;
+}
+
+absl::Status Workload::CreateClaim(absl::Time now) {
+  const std::string& driver = options_.driver_name;
+  Tracked t;
+  t.kind = PickKind();
+  t.name = absl::StrCat(ToString(t.kind), "-", ++serial_);
+  t.created = now;
+  json request = {{"name", "gpu"}, {"exactly", {{"deviceClassName", GpuClass(driver)}}}};
+  json config = json::array();
+  auto profile = [&](const char* name) {
+    request["exactly"]["deviceClassName"] = MigClass(driver);
+    request["exactly"]["selectors"] = json::array(
+        {Selector(absl::StrCat("device.attributes['", driver, "'].profile == '", name, "'"))});
+  };
+  switch (t.kind) {
+    case WorkloadKind::kFullGpu:
+    case WorkloadKind::kNoPod:
+      break;
+    case WorkloadKind::kMig1g:
+      profile("1g.10gb");
+      break;
+    case WorkloadKind::kMig2g:
+      profile("2g.20gb");
+      break;
+    case WorkloadKind::kMig3g:
+      profile("3g.40gb");
+      break;
+    case WorkloadKind::kTimeSliced:
+      request["exactly"]["deviceClassName"] = SharedClass(driver);
+      break;
+    case WorkloadKind::kMps:
+      config.push_back(
+          {{"requests", json::array({"gpu"})},
+           {"opaque", Opaque(driver, {{"strategy", "MPS"},
+                                      {"mpsConfig",
+                                       {{"defaultActiveThreadPercentage", 50},
+                                        {"defaultPinnedDeviceMemoryLimit", "10Gi"}}}})}});
+      break;
+    case WorkloadKind::kShared:
+      config.push_back(
+          {{"requests", json::array({"gpu"})},
+           {"opaque", Opaque(driver, {{"strategy", "TimeSlicing"},
+                                      {"timeSlicingConfig", {{"interval", "Short"}}}})}});
+      break;
+    case WorkloadKind::kUnsatisfiable:
+      request["exactly"]["selectors"] = json::array({Selector(absl::StrCat(
+          "device.capacity['", driver, "'].memory.compareTo(quantity('640Gi')) >= 0"))});
+      break;
+  }
+  json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "ResourceClaim"},
+                {"metadata",
+                 {{"name", t.name},
+                  {"namespace", options_.namespace_name},
+                  {"labels", {{"dralens.dev/workload", std::string(ToString(t.kind))}}}}},
+                {"spec", {{"devices", {{"requests", json::array({request})}}}}}};
+  if (!config.empty()) {
+    claim["spec"]["devices"]["config"] = config;
+  }
+  ASSIGN_OR_RETURN(json created, common::Annotate(client_.Create(k8s::kResourceClaims,
+                                                                 options_.namespace_name, claim),
+                                                  absl::StrCat("create claim ", t.name)));
+  t.uid = created["metadata"]["uid"].get<std::string>();
+
+  const int pods = t.kind == WorkloadKind::kNoPod ? 0 : t.kind == WorkloadKind::kShared ? 2 : 1;
+  for (int i = 0; i < pods; ++i) {
+    const std::string pod = absl::StrCat(t.name, "-", i);
+    json object = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", pod}, {"namespace", options_.namespace_name}}},
+        {"spec",
+         {{"containers",
+           json::array({{{"name", "main"},
+                         {"image", "registry.example/cuda-job:1"},
+                         {"resources", {{"claims", json::array({{{"name", "gpu"}}})}}}}})},
+          {"resourceClaims", json::array({{{"name", "gpu"}, {"resourceClaimName", t.name}}})}}},
+        {"status", {{"phase", "Pending"}}}};
+    RETURN_IF_ERROR_CTX(client_.Create(k8s::kPods, options_.namespace_name, object).status(),
+                        absl::StrCat("create pod ", pod));
+    t.pods.push_back(pod);
+  }
+  // A claim nothing can use is given up after a while, as a user would.
+  t.until = now + 5 * options_.mean_pod_duration;
+  claims_.push_back(std::move(t));
+  absl::MutexLock lock(&stats_mu_);
+  ++stats_.created;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Workload::View> Workload::Observe() {
+  View view;
+  ASSIGN_OR_RETURN(k8s::ListResult slices, client_.List(k8s::kResourceSlices, "", {}));
+  for (const json& item : slices.items) {
+    absl::StatusOr<model::ResourceSlice> slice = model::Decode<model::ResourceSlice>(item);
+    if (!slice.ok() || slice->spec.driver != options_.driver_name) {
+      continue;
+    }
+    for (const model::CounterSet& set : slice->spec.shared_counters) {
+      for (const auto& [name, counter] : set.counters) {
+        view.counter_capacity[absl::StrCat(slice->spec.pool.name, "/", set.name, "/", name)] =
+            counter.value;
+      }
+    }
+    view.slices.push_back(*std::move(slice));
+  }
+  ASSIGN_OR_RETURN(k8s::ListResult classes, client_.List(k8s::kDeviceClasses, "", {}));
+  for (const json& item : classes.items) {
+    absl::StatusOr<model::DeviceClass> c = model::Decode<model::DeviceClass>(item);
+    if (c.ok()) {
+      view.classes.emplace(c->metadata.name, *std::move(c));
+    }
+  }
+  return view;
+}
+
+bool Workload::Matches(const std::string& expression, const model::SliceDevice& device,
+                       const std::string& driver) {
+  std::unique_ptr<cel::Program>& program = programs_[expression];
+  if (program == nullptr) {
+    absl::StatusOr<cel::Program> compiled = cel::Program::Compile(expression);
+    if (!compiled.ok()) {
+      DLOG(kWarn, kComponent, "selector does not compile",
+           {{"expression", expression}, {"error", compiled.status().message()}});
+      programs_.erase(expression);
+      return false;
+    }
+    program = std::make_unique<cel::Program>(*std::move(compiled));
+  }
+  const cel::DeviceView view{driver, &device.attributes, &device.capacity};
+  return program->Evaluate(view).verdict == cel::Verdict::kTrue;
+}
+
+std::optional<Workload::Held> Workload::Fit(const Tracked& claim, const json& request,
+                                            const View& view) {
+  (void)claim;
+  const json& exactly = request["exactly"];
+  auto device_class = view.classes.find(exactly["deviceClassName"].get<std::string>());
+  if (device_class == view.classes.end()) {
+    return std::nullopt;
+  }
+  std::vector<std::string> expressions;
+  for (const model::DeviceSelector& s : device_class->second.spec.selectors) {
+    if (s.cel.has_value()) {
+      expressions.push_back(s.cel->expression);
+    }
+  }
+  for (const json& s : exactly.value("selectors", json::array())) {
+    expressions.push_back(s["cel"]["expression"].get<std::string>());
+  }
+  for (const model::ResourceSlice& slice : view.slices) {
+    const std::string& pool = slice.spec.pool.name;
+    for (const model::SliceDevice& device : slice.spec.devices) {
+      if (allocated_.count(absl::StrCat(pool, "/", device.name)) > 0 ||
+          std::any_of(device.taints.begin(), device.taints.end(), Blocks)) {
+        continue;
+      }
+      bool fits = true;
+      for (const model::DeviceCounterConsumption& c : device.consumes_counters) {
+        for (const auto& [name, counter] : c.counters) {
+          const std::string key = absl::StrCat(pool, "/", c.counter_set, "/", name);
+          auto capacity = view.counter_capacity.find(key);
+          common::Quantity used =
+              counters_used_.count(key) ? counters_used_[key] : common::Quantity();
+          fits = fits && capacity != view.counter_capacity.end() && used.Add(counter.value).ok() &&
+                 !(used > capacity->second);
+        }
+      }
+      for (const std::string& e : expressions) {
+        fits = fits && Matches(e, device, slice.spec.driver);
+      }
+      if (fits) {
+        return Held{pool, device.name, device.consumes_counters};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now) {
+  ASSIGN_OR_RETURN(json object,
+                   client_.Get(k8s::kResourceClaims, options_.namespace_name, claim.name));
+  const json& request = object["spec"]["devices"]["requests"][0];
+  std::optional<Held> held = Fit(claim, request, view);
+  if (!held.has_value()) {
+    return absl::OkStatus();  // stays pending; the cluster role says why
+  }
+  // The node of the pool (node-local pools are named after their node).
+  claim.node = held->pool;
+  json config = json::array();
+  auto device_class = view.classes.find(request["exactly"]["deviceClassName"].get<std::string>());
+  if (device_class != view.classes.end()) {
+    for (const model::DeviceClassConfiguration& c : device_class->second.spec.config) {
+      if (c.opaque.has_value()) {
+        config.push_back(
+            {{"source", "FromClass"},
+             {"requests", json::array({"gpu"})},
+             {"opaque", {{"driver", c.opaque->driver}, {"parameters", c.opaque->parameters}}}});
+      }
+    }
+  }
+  for (const json& c : object["spec"]["devices"].value("config", json::array())) {
+    json entry = c;
+    entry["source"] = "FromClaim";
+    config.push_back(entry);
+  }
+  json allocation = {
+      {"devices",
+       {{"results", json::array({{{"request", "gpu"},
+                                  {"driver", options_.driver_name},
+                                  {"pool", held->pool},
+                                  {"device", held->device}}})}}},
+      {"nodeSelector",
+       {{"nodeSelectorTerms",
+         json::array(
+             {{{"matchFields", json::array({{{"key", "metadata.name"},
+                                             {"operator", "In"},
+                                             {"values", json::array({claim.node})}}})}}})}}}};
+  if (!config.empty()) {
+    allocation["devices"]["config"] = config;
+  }
+  object["status"]["allocation"] = allocation;
+  json reserved = json::array();
+  for (const std::string& pod : claim.pods) {
+    auto p = client_.Get(k8s::kPods, options_.namespace_name, pod);
+    RETURN_IF_ERROR(p.status());
+    reserved.push_back({{"resource", "pods"}, {"name", pod}, {"uid", (*p)["metadata"]["uid"]}});
+  }
+  object["status"]["reservedFor"] = reserved;
+  RETURN_IF_ERROR_CTX(
+      client_.Update(k8s::kResourceClaims, options_.namespace_name, object, "status").status(),
+      absl::StrCat("allocate claim ", claim.name));
+  allocated_.insert(absl::StrCat(held->pool, "/", held->device));
+  for (const model::DeviceCounterConsumption& c : held->counters) {
+    for (const auto& [name, counter] : c.counters) {
+      common::Quantity& used =
+          counters_used_[absl::StrCat(held->pool, "/", c.counter_set, "/", name)];
+      (void)used.Add(counter.value);
+    }
+  }
+  claim.held.push_back(*std::move(held));
+  claim.state = State::kAllocated;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    ++stats_.allocated;
+  }
+  for (const std::string& pod : claim.pods) {
+    RETURN_IF_ERROR(SetPodPhase(pod, "Pending", claim.node));  // bound to the node
+  }
+  return Prepare(claim, now);
+}
+
+absl::Status Workload::Prepare(Tracked& claim, absl::Time now) {
+  auto socket = options_.plugin_sockets.find(claim.node);
+  if (socket == options_.plugin_sockets.end()) {
+    return absl::NotFoundError(absl::StrCat("no kubelet plugin for node ", claim.node));
+  }
+  // The kubelet prepares a claim for every pod that starts with it; the second pod of a shared
+  // claim gets the prepared answer again.
+  for (const std::string& pod : claim.pods) {
+    dra::NodePrepareResourcesRequest request;
+    auto* c = request.add_claims();
+    c->set_namespace_(options_.namespace_name);
+    c->set_name(claim.name);
+    c->set_uid(claim.uid);
+    dra::NodePrepareResourcesResponse response;
+    grpc::Status s =
+        Stub(socket->second)->NodePrepareResources(Deadline().get(), request, &response);
+    std::string error = s.ok() ? response.claims().at(claim.uid).error() : s.error_message();
+    absl::MutexLock lock(&stats_mu_);
+    if (!error.empty()) {
+      ++stats_.prepare_errors;
+      DLOG(kWarn, kComponent, "prepare failed; retrying next step",
+           {{"claim", claim.name}, {"pod", pod}, {"error", error}});
+      return absl::OkStatus();
+    }
+    ++stats_.prepared;
+  }
+  for (const std::string& pod : claim.pods) {
+    RETURN_IF_ERROR(SetPodPhase(pod, "Running", claim.node));
+  }
+  claim.state = State::kRunning;
+  const double mean = absl::ToDoubleSeconds(options_.mean_pod_duration);
+  claim.until = now + absl::Seconds(std::exponential_distribution<double>(1.0 / mean)(run_rng_));
+  return absl::OkStatus();
+}
+
+absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
+  auto socket = options_.plugin_sockets.find(claim.node);
+  if (socket != options_.plugin_sockets.end()) {
+    dra::NodeUnprepareResourcesRequest request;
+    auto* c = request.add_claims();
+    c->set_namespace_(options_.namespace_name);
+    c->set_name(claim.name);
+    c->set_uid(claim.uid);
+    dra::NodeUnprepareResourcesResponse response;
+    grpc::Status s =
+        Stub(socket->second)->NodeUnprepareResources(Deadline().get(), request, &response);
+    if (!s.ok() || !response.claims().at(claim.uid).error().empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("unprepare ", claim.name, ": ",
+                       s.ok() ? response.claims().at(claim.uid).error() : s.error_message()));
+    }
+    absl::MutexLock lock(&stats_mu_);
+    ++stats_.unprepared;
+  }
+  for (const std::string& pod : claim.pods) {
+    absl::Status deleted = client_.Delete(k8s::kPods, options_.namespace_name, pod, {});
+    if (!deleted.ok() && !k8s::IsNotFound(deleted)) {
+      return deleted;
+    }
+  }
+  claim.pods.clear();
+  // Some jobs leave their claim allocated after the pod is gone: stranded capacity until
+  // someone deletes it.
+  if (std::uniform_real_distribution<double>(0, 1)(run_rng_) < 0.2) {
+    ASSIGN_OR_RETURN(json object,
+                     client_.Get(k8s::kResourceClaims, options_.namespace_name, claim.name));
+    object["status"].erase("reservedFor");
+    RETURN_IF_ERROR(
+        client_.Update(k8s::kResourceClaims, options_.namespace_name, object, "status").status());
+    claim.state = State::kLingering;
+    claim.until = now + 2 * options_.mean_pod_duration;
+    return absl::OkStatus();
+  }
+  return DeleteClaim(claim);
+}
+
+void Workload::Release(const Tracked& claim) {
+  for (const Held& h : claim.held) {
+    allocated_.erase(absl::StrCat(h.pool, "/", h.device));
+    for (const model::DeviceCounterConsumption& c : h.counters) {
+      for (const auto& [name, counter] : c.counters) {
+        common::Quantity& used =
+            counters_used_[absl::StrCat(h.pool, "/", c.counter_set, "/", name)];
+        (void)used.Sub(counter.value);
+      }
+    }
+  }
+}
+
+absl::Status Workload::DeleteClaim(const Tracked& claim) {
+  absl::Status deleted =
+      client_.Delete(k8s::kResourceClaims, options_.namespace_name, claim.name, {});
+  if (!deleted.ok() && !k8s::IsNotFound(deleted)) {
+    return deleted;
+  }
+  absl::MutexLock lock(&stats_mu_);
+  ++stats_.deleted;
+  return absl::OkStatus();
+}
+
+absl::Status Workload::SetPodPhase(const std::string& pod, const std::string& phase,
+                                   const std::string& node) {
+  ASSIGN_OR_RETURN(json object, client_.Get(k8s::kPods, options_.namespace_name, pod));
+  // Binding: the scheduler stand-in sets spec.nodeName directly (the embedded API server has
+  // no binding subresource).
+  if (!node.empty() && object["spec"].value("nodeName", "") != node) {
+    object["spec"]["nodeName"] = node;
+    ASSIGN_OR_RETURN(object, client_.Update(k8s::kPods, options_.namespace_name, object, ""));
+  }
+  object["status"]["phase"] = phase;
+  return client_.Update(k8s::kPods, options_.namespace_name, object, "status").status();
+}
+
+absl::Status Workload::Step() {
+  const absl::Time now = clock_.Now();
+  // 1. Runs that are over, lingering claims that are given up, hopeless waits.
+  std::vector<Tracked> alive;
+  for (Tracked& claim : claims_) {
+    absl::Status s;
+    bool keep = true;
+    if (claim.state == State::kRunning && claim.until <= now) {
+      s = Finish(claim, now);
+      if (s.ok() && claim.state == State::kRunning) {
+        Release(claim);
+        keep = false;
+      }
+    } else if ((claim.state == State::kLingering || claim.state == State::kPending) &&
+               claim.until <= now) {
+      for (const std::string& pod : claim.pods) {
+        (void)client_.Delete(k8s::kPods, options_.namespace_name, pod, {});
+      }
+      s = DeleteClaim(claim);
+      if (s.ok()) {
+        Release(claim);
+        keep = false;
+      }
+    }
+    if (!s.ok()) {
+      DLOG(kWarn, kComponent, "finishing a claim failed; retrying next step",
+           {{"claim", claim.name}, {"error", s.message()}});
+    }
+    if (keep) {
+      alive.push_back(std::move(claim));
+    }
+  }
+  claims_ = std::move(alive);
+
+  // 2. A new claim.
+  if (static_cast<int>(claims_.size()) < options_.max_claims) {
+    absl::Status s = CreateClaim(now);
+    if (!s.ok()) {
+      DLOG(kWarn, kComponent, "creating a claim failed", {{"error", s.message()}});
+    }
+  }
+
+  // 3. Schedule and start what can run.
+  ASSIGN_OR_RETURN(View view, Observe());
+  for (Tracked& claim : claims_) {
+    absl::Status s;
+    if (claim.state == State::kPending && !claim.pods.empty()) {
+      s = Allocate(claim, view, now);
+    } else if (claim.state == State::kAllocated) {
+      s = Prepare(claim, now);
+    }
+    if (!s.ok()) {
+      DLOG(kWarn, kComponent, "scheduling a claim failed",
+           {{"claim", claim.name}, {"error", s.message()}});
+    }
+  }
+
+  Stats counts;
+  for (const Tracked& claim : claims_) {
+    counts.pending += claim.state == State::kPending ? 1 : 0;
+    counts.running += claim.state == State::kRunning ? 1 : 0;
+    counts.lingering += claim.state == State::kLingering ? 1 : 0;
+  }
+  absl::MutexLock lock(&stats_mu_);
+  stats_.pending = counts.pending;
+  stats_.running = counts.running;
+  stats_.lingering = counts.lingering;
+  return absl::OkStatus();
+}
+
+}  // namespace dralens::app

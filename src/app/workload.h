@@ -1,0 +1,162 @@
+// The demo's workload: a stand-in for users, the scheduler and the kubelet, so that every
+// metric, span, dashboard and alert of `dralens demo` has live data.
+//
+// Each step (every `claim_interval`):
+//   1. pods whose run is over are finished: the kubelet stand-in calls NodeUnprepareResources
+//      on the node's real dra.sock, the pods are deleted and, most of the time, the claim too;
+//      some claims keep their allocation for a while with no pod (stranded capacity);
+//   2. one new claim of a seeded random kind is created, with its pods (none for some claims,
+//      two for shared claims): full GPUs, MIG profiles, time-sliced and MPS configs, and
+//      requests no device can ever satisfy;
+//   3. every pending claim that has pods is allocated if a device fits: class and request CEL
+//      selectors (src/cel) against the published devices, untainted, not allocated, and within
+//      the shared counters of partitionable GPUs; then the claim is reserved for its pods, the
+//      pods are bound, NodePrepareResources is called once per pod (as the kubelet does), and
+//      the pods run for an exponentially distributed time.
+//
+// Runs are reproducible for a seed, apart from timing. The objects live in one namespace.
+//
+// Thread-safety: Setup and Step are not concurrent with each other; Start runs Step on a thread
+// of its own until Stop. stats() may be called from any thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "src/cel/cel.h"
+#include "src/common/clock.h"
+#include "src/common/quantity.h"
+#include "src/k8s/client.h"
+#include "src/model/resource.h"
+
+namespace dralens::app {
+
+struct WorkloadOptions {
+  std::string driver_name = "gpu.dralens.dev";
+  std::string namespace_name = "demo";
+  uint64_t seed = 1;
+  absl::Duration claim_interval = absl::Seconds(2);
+  absl::Duration mean_pod_duration = absl::Seconds(60);
+  int max_claims = 32;  // claims alive at once; no new ones beyond it
+  // Node name -> the plugin's dra.sock, dialled as the node's kubelet would.
+  std::map<std::string, std::string> plugin_sockets;
+};
+
+// The kinds of claim the generator makes, with their weights in the mix.
+enum class WorkloadKind {
+  kFullGpu,
+  kMig1g,
+  kMig2g,
+  kMig3g,
+  kTimeSliced,
+  kMps,
+  kShared,         // one claim, two pods
+  kUnsatisfiable,  // asks for more memory than any GPU has
+  kNoPod,          // created ahead of its pod, which never comes
+};
+absl::string_view ToString(WorkloadKind kind);
+
+// The DeviceClasses the workload uses (created by Setup): full GPUs, MIG devices, and full GPUs
+// time-sliced by class config.
+std::vector<nlohmann::json> WorkloadDeviceClasses(const std::string& driver);
+
+class Workload {
+ public:
+  // `client` and `clock` must outlive the workload.
+  Workload(WorkloadOptions options, k8s::KubeClient& client, common::Clock& clock);
+  ~Workload();  // Stop()
+  Workload(const Workload&) = delete;
+  Workload& operator=(const Workload&) = delete;
+
+  // Creates the namespace and the DeviceClasses (AlreadyExists is fine).
+  absl::Status Setup();
+  // One round, as described at the top. Errors of single objects are logged and counted, not
+  // returned; an error listing the slices is returned.
+  absl::Status Step();
+  void Start();
+  void Stop();  // idempotent
+
+  struct Stats {
+    int created = 0;
+    int allocated = 0;
+    int prepared = 0;  // successful NodePrepareResources claim entries
+    int prepare_errors = 0;
+    int unprepared = 0;
+    int deleted = 0;
+    int pending = 0;    // alive, not allocated
+    int running = 0;    // allocated with running pods
+    int lingering = 0;  // allocated, no pod
+  };
+  Stats stats() const;
+
+ private:
+  enum class State { kPending, kAllocated, kRunning, kLingering };
+  struct Held {
+    std::string pool;
+    std::string device;
+    std::vector<model::DeviceCounterConsumption> counters;
+  };
+  struct Tracked {
+    std::string name;
+    std::string uid;
+    WorkloadKind kind = WorkloadKind::kFullGpu;
+    std::vector<std::string> pods;
+    State state = State::kPending;
+    std::string node;
+    std::vector<Held> held;
+    absl::Time created;
+    absl::Time until;  // end of the run, of the lingering, or of a hopeless wait
+  };
+  // What the scheduler stand-in knows of the cluster in one step.
+  struct View {
+    std::vector<model::ResourceSlice> slices;
+    std::map<std::string, model::DeviceClass> classes;
+    std::map<std::string, common::Quantity> counter_capacity;  // pool/set/counter
+  };
+
+  WorkloadKind PickKind();
+  absl::Status CreateClaim(absl::Time now);
+  absl::StatusOr<View> Observe();
+  // A device for the claim's one request, or nullopt.
+  std::optional<Held> Fit(const Tracked& claim, const nlohmann::json& request, const View& view);
+  bool Matches(const std::string& expression, const model::SliceDevice& device,
+               const std::string& driver);
+  absl::Status Allocate(Tracked& claim, const View& view, absl::Time now);
+  absl::Status Prepare(Tracked& claim, absl::Time now);
+  absl::Status Finish(Tracked& claim, absl::Time now);
+  void Release(const Tracked& claim);
+  absl::Status DeleteClaim(const Tracked& claim);
+  absl::Status SetPodPhase(const std::string& pod, const std::string& phase,
+                           const std::string& node);
+
+  const WorkloadOptions options_;
+  k8s::KubeClient& client_;
+  common::Clock& clock_;
+  // Two streams: the claims made depend on the seed alone; run times and lingering also on
+  // what could be scheduled.
+  std::mt19937_64 kind_rng_;
+  std::mt19937_64 run_rng_;
+  int serial_ = 0;
+  std::vector<Tracked> claims_;
+  std::set<std::string> allocated_;                        // pool/device
+  std::map<std::string, common::Quantity> counters_used_;  // pool/set/counter
+  std::map<std::string, std::unique_ptr<cel::Program>> programs_;
+
+  mutable absl::Mutex stats_mu_;
+  Stats stats_ ABSL_GUARDED_BY(stats_mu_);
+
+  absl::Notification stop_;
+  std::unique_ptr<std::thread> thread_;
+};
+
+}  // namespace dralens::app

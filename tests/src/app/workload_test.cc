@@ -1,0 +1,200 @@
+// The demo's workload generator against the embedded API server and two real node drivers (an
+// H100 pair in dynamic-MIG mode and eight A100s): it makes the claim mix, never gives a device
+// (or a shared counter) to two claims, prepares through the real sockets, leaves some claims
+// pending and some allocated without a pod, and is reproducible for a seed.
+#include "src/app/workload.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/app/node_driver.h"
+#include "src/common/clock.h"
+#include "src/k8s/rest_client.h"
+#include "src/model/codec.h"
+#include "src/sim/api_server.h"
+
+namespace dralens::app {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class WorkloadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "dralens-wl-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+    ASSERT_TRUE(api_.Start().ok());
+    k8s::RestConfig config;
+    config.server = api_.url();
+    auto client = k8s::RestClient::FromConfig(config);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    StartNode("h100-0", "h100x2", /*dynamic_mig=*/true);
+    StartNode("a100-0", "a100-40gb", /*dynamic_mig=*/false);
+  }
+
+  void TearDown() override {
+    workload_.reset();
+    drivers_.clear();
+    api_.Stop();
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+
+  void StartNode(const std::string& name, const std::string& profile, bool dynamic_mig) {
+    ASSERT_TRUE(
+        client_
+            ->Create(k8s::kNodes, "",
+                     {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}})
+            .ok());
+    NodeDriverOptions options;
+    options.node_name = name;
+    options.registry_dir = (root_ / name / "registry").string();
+    options.plugins_dir = (root_ / name / "plugins").string();
+    options.cdi_root = (root_ / name / "cdi").string();
+    options.device_source.kind = "simulated";
+    options.device_source.simulated_profile = profile;
+    options.dynamic_mig = dynamic_mig;
+    options.api_minor = 34;
+    auto driver = NodeDriver::Start(options, *client_, common::RealClock());
+    ASSERT_TRUE(driver.ok()) << driver.status();
+    sockets_[name] = (*driver)->dra_socket_path();
+    drivers_.push_back(*std::move(driver));
+  }
+
+  std::unique_ptr<Workload> MakeWorkload(uint64_t seed, common::Clock& clock) {
+    WorkloadOptions options;
+    options.seed = seed;
+    options.mean_pod_duration = absl::Seconds(30);
+    options.max_claims = 40;
+    options.plugin_sockets = sockets_;
+    return std::make_unique<Workload>(options, *client_, clock);
+  }
+
+  std::vector<json> Claims() {
+    auto list = client_->List(k8s::kResourceClaims, "demo", {});
+    EXPECT_TRUE(list.ok()) << list.status();
+    return list.ok() ? list->items : std::vector<json>{};
+  }
+
+  // Every allocated device is held by one claim, and no MIG placement overlaps another or a
+  // full GPU on the same counters: checked by the node, whose prepare would refuse a busy
+  // device, and here on the allocation results themselves.
+  void ExpectNoDeviceTwice() {
+    std::set<std::string> seen;
+    for (const json& c : Claims()) {
+      if (!c.contains("status") || !c["status"].contains("allocation")) {
+        continue;
+      }
+      for (const json& r : c["status"]["allocation"]["devices"]["results"]) {
+        const std::string key =
+            absl::StrCat(r["pool"].get<std::string>(), "/", r["device"].get<std::string>());
+        EXPECT_TRUE(seen.insert(key).second) << key << " allocated twice";
+      }
+    }
+  }
+
+  fs::path root_;
+  sim::ApiServer api_;
+  std::unique_ptr<k8s::RestClient> client_;
+  std::vector<std::unique_ptr<NodeDriver>> drivers_;
+  std::map<std::string, std::string> sockets_;
+  std::unique_ptr<Workload> workload_;
+};
+
+TEST_F(WorkloadTest, MakesTheMixAllocatesWithoutOverlapAndPreparesThroughTheSockets) {
+  common::FakeClock clock;
+  workload_ = MakeWorkload(7, clock);
+  ASSERT_TRUE(workload_->Setup().ok());
+  ASSERT_TRUE(workload_->Setup().ok());  // idempotent
+  bool saw_lingering = false;
+  for (int i = 0; i < 60; ++i) {
+    ASSERT_TRUE(workload_->Step().ok());
+    ExpectNoDeviceTwice();
+    saw_lingering = saw_lingering || workload_->stats().lingering > 0;
+    clock.Advance(absl::Seconds(2));
+  }
+  const Workload::Stats stats = workload_->stats();
+  EXPECT_EQ(stats.created, 60);
+  EXPECT_GT(stats.allocated, 10);
+  EXPECT_EQ(stats.prepare_errors, 0);
+  EXPECT_GE(stats.prepared, stats.allocated);  // a shared claim is prepared once per pod
+  EXPECT_GT(stats.unprepared, 0);
+  EXPECT_GT(stats.deleted, 0);
+  EXPECT_TRUE(saw_lingering);
+
+  std::map<std::string, int> kinds;
+  int pending_forever = 0;
+  for (const json& c : Claims()) {
+    const std::string kind = c["metadata"]["labels"]["dralens.dev/workload"];
+    ++kinds[kind];
+    const bool allocated = c.contains("status") && c["status"].contains("allocation");
+    if (kind == "huge" || kind == "early") {
+      EXPECT_FALSE(allocated) << c["metadata"]["name"];  // never satisfiable / no pod
+      ++pending_forever;
+    }
+    // Every claim decodes as the API server stores it.
+    EXPECT_TRUE(model::Decode<model::ResourceClaim>(c).ok()) << c.dump();
+  }
+  EXPECT_GT(pending_forever, 0);
+  EXPECT_GE(kinds.size(), 5u);
+
+  // MIG claims went to dynamic-MIG placements of the H100s, whole GPUs anywhere.
+  for (const json& c : Claims()) {
+    if (!c.contains("status") || !c["status"].contains("allocation")) {
+      continue;
+    }
+    const std::string kind = c["metadata"]["labels"]["dralens.dev/workload"];
+    const json& r = c["status"]["allocation"]["devices"]["results"][0];
+    if (kind.rfind("mig-", 0) == 0) {
+      EXPECT_EQ(r["pool"], "h100-0");
+      EXPECT_NE(r["device"].get<std::string>().find("-mig-"), std::string::npos);
+    }
+  }
+}
+
+TEST_F(WorkloadTest, TheSameSeedMakesTheSameClaims) {
+  auto names = [&](uint64_t seed) {
+    common::FakeClock clock;
+    auto workload = MakeWorkload(seed, clock);
+    EXPECT_TRUE(workload->Setup().ok());
+    for (int i = 0; i < 12; ++i) {
+      EXPECT_TRUE(workload->Step().ok());
+    }
+    std::vector<std::string> out;
+    for (const json& c : Claims()) {
+      out.push_back(c["metadata"]["name"]);
+    }
+    std::sort(out.begin(), out.end());
+    workload->Stop();
+    // Leave the cluster empty for the next run.
+    for (const json& c : Claims()) {
+      (void)client_->Delete(k8s::kResourceClaims, "demo", c["metadata"]["name"].get<std::string>(),
+                            {});
+    }
+    auto pods = client_->List(k8s::kPods, "demo", {});
+    for (const json& p : pods->items) {
+      (void)client_->Delete(k8s::kPods, "demo", p["metadata"]["name"].get<std::string>(), {});
+    }
+    return out;
+  };
+  const std::vector<std::string> first = names(42);
+  EXPECT_EQ(first.size(), 12u);
+  EXPECT_EQ(names(42), first);
+  EXPECT_NE(names(43), first);
+}
+
+}  // namespace
+}  // namespace dralens::app
