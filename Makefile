@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
-.PHONY: demo test deps configure build format check-format clean crash-loop bench sanitize \
+.PHONY: demo test deps configure build format check-format clean crash-loop bench load sanitize \
 	chart-files chart-test
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
@@ -54,6 +54,11 @@ clean:
 bench: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target prepare_bench
 	./$(BUILD_DIR)/tests/bench/prepare_bench $(BENCH_ARGS)
+
+# The node role under 1,000 concurrent prepares and unprepares with 50 scrapers (figures only).
+load: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target load_driver
+	./$(BUILD_DIR)/tests/bench/load_driver $(LOAD_ARGS)
 
 # Copies alerts/*.yaml rule files and grafana/*.json dashboards into charts/dralens/files/ (Helm
 # reads nothing outside the chart); the chart_files test fails when the copies drift.

@@ -29,6 +29,7 @@ class Subprocess {
   // Waits for the process to exit on its own.
   int Wait(absl::Duration timeout);
   std::string Output();
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
