@@ -1039,9 +1039,20 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
 
 void Analyzer::Flush() {
   if (capacity_changed_ || pending_shape_changed_) {
-    reason_cache_.clear();
-    for (const Key& key : pending_) {
-      UpdatePendingSeries(*claims_by_key_.at(key));
+    // A claim's reason is a function of its requests' reasons, so when no pending request's
+    // reason moved, no claim's did: the common case of an allocation that crosses no
+    // threshold touches no claim. (Ages are refreshed by Tick.)
+    std::map<std::string, PendingReason> before;
+    before.swap(reason_cache_);
+    bool moved = pending_shape_changed_;
+    for (auto it = pending_requests_.begin(); !moved && it != pending_requests_.end(); ++it) {
+      auto was = before.find(it->first);
+      moved = was == before.end() || ReasonOfRequest(*it->second.first) != was->second;
+    }
+    if (moved) {
+      for (const Key& key : pending_) {
+        UpdatePendingSeries(*claims_by_key_.at(key));
+      }
     }
   }
   if (pending_shape_changed_) {
