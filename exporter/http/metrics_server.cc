@@ -2,6 +2,12 @@
 
 #include <httplib.h>
 
+#include <fstream>
+#include <iterator>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -64,13 +70,99 @@ void MetricsServer::AddJsonEndpoint(const std::string& path,
   json_endpoints_.emplace_back(path, std::move(render));
 }
 
-absl::Status MetricsServer::Start(const std::string& address) {
+namespace {
+
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics bearer token file ", path, ": cannot be read"));
+  }
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  token = std::string(absl::StripAsciiWhitespace(token));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics bearer token file ", path, ": is empty"));
+  }
+  return token;
+}
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  }
+  return diff == 0;
+}
+
+bool Protected(const std::string& path) {
+  return path == "/metrics" || absl::StartsWith(path, "/debug");
+}
+
+}  // namespace
+
+bool MetricsServer::Authorized(const std::string& authorization) {
+  constexpr absl::string_view kScheme = "Bearer ";
+  if (!absl::StartsWith(authorization, kScheme)) {
+    return false;
+  }
+  const absl::string_view presented = absl::string_view(authorization).substr(kScheme.size());
+  std::lock_guard<std::mutex> lock(token_mu_);
+  if (ConstantTimeEquals(presented, token_)) {
+    return true;
+  }
+  // The token may have been rotated in the file (a mounted Secret).
+  absl::StatusOr<std::string> fresh = ReadToken(token_file_);
+  if (fresh.ok() && *fresh != token_) {
+    token_ = *std::move(fresh);
+    return ConstantTimeEquals(presented, token_);
+  }
+  return false;
+}
+
+absl::Status MetricsServer::Start(const std::string& address,
+                                  const MetricsServerSecurity& security) {
   std::string host;
   int port = 0;
   if (absl::Status s = SplitHostPort(address, &host, &port); !s.ok()) {
     return s;
   }
-  server_ = std::make_unique<httplib::Server>();
+  if (security.tls_cert_file.empty() != security.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "metrics server: a TLS certificate file and a key file go together");
+  }
+  if (!security.bearer_token_file.empty()) {
+    token_file_ = security.bearer_token_file;
+    absl::StatusOr<std::string> token = ReadToken(token_file_);
+    if (!token.ok()) {
+      return token.status();
+    }
+    std::lock_guard<std::mutex> lock(token_mu_);
+    token_ = *std::move(token);
+  }
+  if (!security.tls_cert_file.empty()) {
+    auto tls = std::make_unique<httplib::SSLServer>(security.tls_cert_file.c_str(),
+                                                    security.tls_key_file.c_str());
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics server: cannot load the TLS certificate ", security.tls_cert_file,
+                       " and key ", security.tls_key_file));
+    }
+    server_ = std::move(tls);
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
+  if (!token_file_.empty()) {
+    server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!Protected(req.path) || Authorized(req.get_header_value("Authorization"))) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer");
+      res.set_content("unauthorized\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
   server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
   server_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
     const absl::Time start = absl::Now();
@@ -131,7 +223,11 @@ absl::Status MetricsServer::Start(const std::string& address) {
     return absl::UnavailableError(absl::StrCat("metrics server: cannot listen on ", address));
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
-  DLOG(kInfo, "http", "serving metrics", {{"address", host}, {"port", port_}});
+  DLOG(kInfo, "http", "serving metrics",
+       {{"address", host},
+        {"port", port_},
+        {"tls", security.tls_cert_file.empty() ? "off" : "on"},
+        {"auth", token_file_.empty() ? "none" : "bearer"}});
   return absl::OkStatus();
 }
 

@@ -6,10 +6,15 @@
 // client accepts it.
 // /healthz answers 200 while the process serves; /readyz runs the role's readiness check and
 // answers 200 "ok" or 503 with the reason. Served by cpp-httplib on its own threads.
+//
+// Optional protection (MetricsServerSecurity): HTTPS with a certificate and key, and a bearer
+// token that /metrics and /debug/... require (401 otherwise). /healthz and /readyz stay open
+// for the kubelet's probes and reveal nothing.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +33,16 @@ class Server;
 
 namespace dralens::exporter {
 
+struct MetricsServerSecurity {
+  // Both or neither: PEM files of the serving certificate (chain) and its private key.
+  std::string tls_cert_file = {};
+  std::string tls_key_file = {};
+  // A file holding the token that /metrics and /debug/... require as "Authorization: Bearer
+  // <token>". Re-read when a request does not match, so a rotated token takes effect without
+  // a restart. Empty: no authentication.
+  std::string bearer_token_file = {};
+};
+
 class MetricsServer {
  public:
   // Returns OK when ready, or a status whose message says what is missing.
@@ -41,7 +56,9 @@ class MetricsServer {
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // Binds "host:port" (port 0 picks one; "[::1]:p" for IPv6) and serves in the background.
-  absl::Status Start(const std::string& address);
+  // InvalidArgument for a half-configured TLS pair, an unreadable certificate, key or token
+  // file, or an empty token.
+  absl::Status Start(const std::string& address, const MetricsServerSecurity& security = {});
   // Adds families collected at scrape time next to the registry's (e.g. counters kept as
   // atomics elsewhere). Call before Start(); `collectable` must outlive the server.
   void AddCollectable(const prometheus::Collectable* collectable);
@@ -60,7 +77,13 @@ class MetricsServer {
   prometheus::Histogram* scrape_openmetrics_;
   std::vector<const prometheus::Collectable*> collectables_;
   std::vector<std::pair<std::string, std::function<nlohmann::json()>>> json_endpoints_;
+  // Whether `authorization` carries the expected bearer token (constant-time compare).
+  bool Authorized(const std::string& authorization);
+
   std::unique_ptr<httplib::Server> server_;
+  std::string token_file_;
+  std::mutex token_mu_;
+  std::string token_;  // guarded by token_mu_
   std::thread thread_;
   int port_ = 0;
 };

@@ -175,7 +175,8 @@ int RunDemo(const FlagValues& flags) {
            n.metrics_server->AddJsonEndpoint("/debug/claims",
                                              [driver_ptr] { return driver_ptr->DebugClaims(); });
            RETURN_IF_ERROR_CTX(
-               n.metrics_server->Start(NodeMetricsAddress(flags.Get("metrics-address"), i)),
+               n.metrics_server->Start(NodeMetricsAddress(flags.Get("metrics-address"), i),
+                                       MetricsSecurity(flags)),
                absl::StrCat("serve metrics of node ", n.name));
            sim_nodes.push_back(std::move(sim_node));
          }
@@ -201,7 +202,7 @@ int RunDemo(const FlagValues& flags) {
              telemetry.exemplars.get());
          metrics_server->AddCollectable(telemetry.tracing_metrics.get());
          metrics_server->AddCollectable(cluster->collectable());
-         return metrics_server->Start(flags.Get("metrics-address"));
+         return metrics_server->Start(flags.Get("metrics-address"), MetricsSecurity(flags));
        }},
       {"start the workload",
        [&]() -> absl::Status {

@@ -138,6 +138,16 @@ std::vector<FlagSpec> BuildFlags() {
                "host:port serving /metrics, /healthz, /readyz and /debug. Port 0 picks a free "
                "port.",
                all, CheckHostPort});
+  f.push_back({"metrics-tls-cert-file", "DRALENS_METRICS_TLS_CERT_FILE", "",
+               "PEM certificate (chain) to serve the metrics endpoint over HTTPS; needs "
+               "`--metrics-tls-key-file`.",
+               all, nullptr});
+  f.push_back({"metrics-tls-key-file", "DRALENS_METRICS_TLS_KEY_FILE", "",
+               "PEM private key of `--metrics-tls-cert-file`.", all, nullptr});
+  f.push_back({"metrics-bearer-token-file", "DRALENS_METRICS_BEARER_TOKEN_FILE", "",
+               "File with a token that /metrics and /debug require as `Authorization: Bearer` "
+               "(re-read when it changes); /healthz and /readyz stay open for probes.",
+               all, nullptr});
   f.push_back({"api-server-address",
                "DRALENS_API_SERVER_ADDRESS",
                "127.0.0.1:8080",

@@ -76,7 +76,7 @@ int RunNode(const FlagValues& flags) {
            NodeDriver* driver = state.running.load();
            return driver != nullptr ? driver->DebugClaims() : nlohmann::json{{"error", "starting"}};
          });
-         return state.metrics_server->Start(flags.Get("metrics-address"));
+         return state.metrics_server->Start(flags.Get("metrics-address"), MetricsSecurity(flags));
        }},
       {"look up the node",
        [&]() -> absl::Status {

@@ -60,4 +60,12 @@ absl::Status StartTracing(ProcessTelemetry& telemetry, absl::string_view service
   return absl::OkStatus();
 }
 
+exporter::MetricsServerSecurity MetricsSecurity(const FlagValues& flags) {
+  exporter::MetricsServerSecurity security;
+  security.tls_cert_file = flags.Get("metrics-tls-cert-file");
+  security.tls_key_file = flags.Get("metrics-tls-key-file");
+  security.bearer_token_file = flags.Get("metrics-bearer-token-file");
+  return security;
+}
+
 }  // namespace dralens::app

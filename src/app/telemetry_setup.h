@@ -7,7 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "exporter/http/metrics_server.h"
 #include "prometheus/registry.h"
+#include "src/app/flags.h"
 #include "src/telemetry/exemplar.h"
 #include "src/telemetry/tracing/span_data.h"
 #include "src/telemetry/tracing/tracer.h"
@@ -37,5 +39,9 @@ ProcessTelemetry NewProcessTelemetry(absl::string_view role);
 // OTEL_* values are an error naming the variable. Logs whether tracing is on and where to.
 absl::Status StartTracing(ProcessTelemetry& telemetry, absl::string_view service_name,
                           const telemetry::Attributes& resource = {});
+
+// TLS and bearer-token settings of the metrics endpoint from --metrics-tls-cert-file,
+// --metrics-tls-key-file and --metrics-bearer-token-file.
+exporter::MetricsServerSecurity MetricsSecurity(const FlagValues& flags);
 
 }  // namespace dralens::app

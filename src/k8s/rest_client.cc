@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "src/common/log.h"
@@ -24,6 +25,20 @@
 
 namespace dralens::k8s {
 namespace {
+
+// A server or proxy that echoes the request's credentials in an error body must not carry
+// them into our errors and logs.
+absl::Status RedactToken(absl::Status status, const std::string& token) {
+  if (status.ok() || token.empty() || status.message().find(token) == absl::string_view::npos) {
+    return status;
+  }
+  absl::Status redacted(status.code(),
+                        absl::StrReplaceAll(status.message(), {{token, "<redacted>"}}));
+  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
+    redacted.SetPayload(url, payload);
+  });
+  return redacted;
+}
 
 constexpr absl::string_view kComponent = "k8s-client";
 // A single watch event larger than this is treated as a malformed stream.
@@ -456,7 +471,9 @@ absl::StatusOr<nlohmann::json> RestClient::Do(const Request& request) {
       status = absl::UnavailableError(absl::StrCat(
           context, ": truncated or malformed response body (", attempt.body.size(), " bytes)"));
     } else {
-      status = StatusFromHttp(attempt.status, attempt.body, attempt.retry_after, context);
+      status = RedactToken(
+          StatusFromHttp(attempt.status, attempt.body, attempt.retry_after, context),
+          tokens_.Token().value_or(""));
     }
 
     // 401 with a token file: the token may have rotated under us. One re-read, one retry.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "src/common/log.h"
 #include "tests/src/k8s/test_util.h"
 
 namespace dralens::k8s {
@@ -23,6 +25,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::LocalServer;
+using ::testing::Not;
 using testing::RecordingClock;
 using testing::TempDir;
 using testing::WriteFile;
@@ -387,6 +390,51 @@ TEST_F(RestClientTest, RotatedTokenFileIsUsed) {
   ASSERT_EQ(requests.size(), 2u);
   EXPECT_EQ(requests[0].authorization, "Bearer first");
   EXPECT_EQ(requests[1].authorization, "Bearer second-token");
+}
+
+TEST_F(RestClientTest, TheTokenNeverReachesLogsOrErrors) {
+  constexpr char kToken[] = "tok-9f3c2a7d41e8b6";
+  std::vector<std::string> lines;
+  std::mutex mu;
+  common::SetLogSinkForTest([&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  });
+  // Every failure a token could leak through: refused (with a token-echoing body), a 500
+  // after retries, a malformed body.
+  int calls = 0;
+  Serve([&](const httplib::Request& req, httplib::Response& res) {
+    switch (calls++ % 3) {
+      case 0:
+        res.status = 401;
+        res.set_content(absl::StrCat(R"({"kind":"Status","message":"bad )",
+                                     req.get_header_value("Authorization"), "\"}"),
+                        "application/json");
+        break;
+      case 1:
+        res.status = 500;
+        res.set_content("boom", "text/plain");
+        break;
+      default:
+        res.set_content("{not json", "application/json");
+    }
+  });
+  RestConfig config;
+  config.token = kToken;
+  auto client = NewClient(config);
+  std::vector<std::string> errors;
+  for (int i = 0; i < 6; ++i) {
+    errors.push_back(client->Get(kPods, "ns", "a").status().ToString());
+  }
+  common::SetLogSinkForTest(nullptr);
+  EXPECT_GT(calls, 0);
+  for (const std::string& e : errors) {
+    EXPECT_THAT(e, Not(HasSubstr(kToken)));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  for (const std::string& line : lines) {
+    EXPECT_THAT(line, Not(HasSubstr(kToken)));
+  }
 }
 
 TEST_F(RestClientTest, WatchParsesChunkedStreamIncrementally) {
