@@ -90,6 +90,7 @@ int RunDemo(const FlagValues& flags) {
   std::unique_ptr<k8s::KubeRequestMetrics> kube_metrics;
   std::unique_ptr<k8s::RestClient> client;
   std::unique_ptr<ClusterRole> cluster;
+  std::unique_ptr<k8s::RestClient> workload_client;
   std::unique_ptr<Workload> workload;
   std::unique_ptr<exporter::MetricsServer> metrics_server;
   std::vector<std::unique_ptr<SimulatedNode>> sim_nodes;
@@ -214,7 +215,10 @@ int RunDemo(const FlagValues& flags) {
          for (const auto& n : sim_nodes) {
            options.plugin_sockets[n->name] = n->driver->dra_socket_path();
          }
-         workload = std::make_unique<Workload>(std::move(options), *client, common::RealClock());
+         // Its own client, unmetered: the cluster role's request series stay its own calls.
+         ASSIGN_OR_RETURN(workload_client, BuildKubeClient(api_config, nullptr));
+         workload =
+             std::make_unique<Workload>(std::move(options), *workload_client, common::RealClock());
          RETURN_IF_ERROR_CTX(workload->Setup(), "set up the workload");
          workload->Start();
          return absl::OkStatus();

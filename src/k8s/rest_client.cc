@@ -34,9 +34,8 @@ absl::Status RedactToken(absl::Status status, const std::string& token) {
   }
   absl::Status redacted(status.code(),
                         absl::StrReplaceAll(status.message(), {{token, "<redacted>"}}));
-  status.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) {
-    redacted.SetPayload(url, payload);
-  });
+  status.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { redacted.SetPayload(url, payload); });
   return redacted;
 }
 
@@ -471,9 +470,9 @@ absl::StatusOr<nlohmann::json> RestClient::Do(const Request& request) {
       status = absl::UnavailableError(absl::StrCat(
           context, ": truncated or malformed response body (", attempt.body.size(), " bytes)"));
     } else {
-      status = RedactToken(
-          StatusFromHttp(attempt.status, attempt.body, attempt.retry_after, context),
-          tokens_.Token().value_or(""));
+      status =
+          RedactToken(StatusFromHttp(attempt.status, attempt.body, attempt.retry_after, context),
+                      tokens_.Token().value_or(""));
     }
 
     // 401 with a token file: the token may have rotated under us. One re-read, one retry.

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""The chart's RBAC grants exactly the API calls the code makes.
+
+Lists every Kubernetes API call site of each role in the source (KubeClient calls on a
+ResourceType, and the informers the cluster role starts, which list and watch), maps them to
+(API group, resource) -> verbs with the ResourceType table of src/k8s/client.h, and compares the
+result with the rules the chart test holds the rendered ClusterRoles and the leader-election
+Role to (tests/chart/chart_test.py). A call the chart does not grant fails, and so does a grant
+no code uses.
+"""
+import importlib.util
+import pathlib
+import re
+import sys
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+spec = importlib.util.spec_from_file_location("chart_test", ROOT / "tests/chart/chart_test.py")
+chart_test = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(chart_test)
+
+VERBS = {"Get": "get", "List": "list", "Watch": "watch", "Create": "create", "Update": "update",
+         "MergePatch": "patch", "Delete": "delete", "DeleteCollection": "deletecollection"}
+CALL = re.compile(r"\.(Get|List|Watch|Create|Update|MergePatch|Delete|DeleteCollection)\(\s*"
+                  r"(?:k8s::)?(k[A-Z]\w+)\s*,")
+# k8s::ListAll(client, kType, ...) pages through List.
+LIST_ALL = re.compile(r"ListAll\(\s*[\w*.>-]+\s*,\s*(?:k8s::)?(k[A-Z]\w+)\s*,")
+TYPE = re.compile(r'inline const ResourceType (k\w+)\{"([^"]*)",\s*"[^"]*",\s*"([^"]+)"')
+
+# Where each role's calls live.
+NODE_SOURCES = ["driver", "src/app/node.cc", "src/app/node_driver.cc"]
+CLUSTER_SOURCES = ["exporter/cluster", "src/app/cluster.cc", "src/app/cluster_role.cc",
+                   "src/app/cluster_watch.cc"]
+LEADER_SOURCES = ["src/k8s/leader_elector.cc"]
+
+
+def resource_types():
+    text = (ROOT / "src/k8s/client.h").read_text()
+    return {name: (group, plural) for name, group, plural in TYPE.findall(text)}
+
+
+def sources(paths):
+    for p in paths:
+        path = ROOT / p
+        files = sorted(path.rglob("*.cc")) if path.is_dir() else [path]
+        for f in files:
+            if "/proto/" not in str(f):
+                yield f
+
+
+def calls(paths, types):
+    out = {}
+    for f in sources(paths):
+        text = f.read_text()
+        for method, name in CALL.findall(text):
+            if name not in types:
+                raise AssertionError(f"{f}: {name} is not a ResourceType of src/k8s/client.h")
+            out.setdefault(types[name], set()).add(VERBS[method])
+        for name in LIST_ALL.findall(text):
+            out.setdefault(types[name], set()).add("list")
+        if f.name == "cluster_watch.cc":
+            # One informer per listed type: each lists, then watches.
+            block = re.search(r"for \(const k8s::ResourceType\* type : \{([^}]*)\}", text)
+            if block is None:
+                raise AssertionError("cluster_watch.cc: the informer type list was not found")
+            for name in re.findall(r"&k8s::(k\w+)", block.group(1)):
+                out.setdefault(types[name], set()).update({"list", "watch"})
+    return out
+
+
+class RbacCallsTest(unittest.TestCase):
+    def setUp(self):
+        self.types = resource_types()
+        self.assertIn("kResourceSlices", self.types)
+
+    def test_node_role(self):
+        found = calls(NODE_SOURCES, self.types)
+        self.assertEqual(found, chart_test.NODE_RULES)
+
+    def test_cluster_role(self):
+        found = calls(CLUSTER_SOURCES, self.types)
+        self.assertEqual(found, chart_test.CLUSTER_RULES)
+
+    def test_leader_election(self):
+        found = calls(LEADER_SOURCES, self.types)
+        self.assertEqual(found, {("coordination.k8s.io", "leases"): {"get", "create", "update"}})
+
+    def test_the_scan_sees_multi_line_calls(self):
+        # Calls wrapped over lines (clang-format does that) must count.
+        sample = "client_.Create(\n      kLeases, ns, obj);"
+        self.assertEqual(CALL.findall(sample), [("Create", "kLeases")])
+        self.assertEqual(LIST_ALL.findall("k8s::ListAll(client_, k8s::kResourceSlices, \"\", o)"),
+                         ["kResourceSlices"])
+
+
+if __name__ == "__main__":
+    sys.exit(0 if unittest.main(exit=False).result.wasSuccessful() else 1)
