@@ -1,5 +1,7 @@
 #include "driver/prepare/checkpoint.h"
 
+#include <sys/stat.h>
+
 #include <string>
 
 #include "absl/strings/match.h"
@@ -169,6 +171,10 @@ TEST_F(FileCheckpointStoreTest, SaveThenLoad) {
   EXPECT_EQ(loaded->origin, LoadedCheckpoint::Origin::kLoaded);
   EXPECT_EQ(loaded->checkpoint, Sample());
   EXPECT_EQ(CheckpointPath(dir_.path(), "gpu.dralens.dev"), Path());
+  // Only the plugin (root) may read what it prepared: claim names, device UUIDs, share IDs.
+  struct stat st {};
+  ASSERT_EQ(stat(Path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
 TEST_F(FileCheckpointStoreTest, FlippedByteOnDiskIsKeptAsideAndLogged) {
