@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
-.PHONY: demo test deps configure build format check-format clean crash-loop bench load sanitize \
+.PHONY: demo test deps configure build format check-format clean crash-loop bench load soak sanitize \
 	chart-files chart-test
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
@@ -54,6 +54,13 @@ clean:
 bench: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target prepare_bench
 	./$(BUILD_DIR)/tests/bench/prepare_bench $(BENCH_ARGS)
+
+# The workload against real node and cluster processes under API faults, a down collector and
+# kill -9 of the node every minute; checks the invariants after each recovery.
+SOAK_MINUTES ?= 5
+soak: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target soak_driver
+	./$(BUILD_DIR)/tests/bench/soak_driver --minutes=$(SOAK_MINUTES)
 
 # The node role under 1,000 concurrent prepares and unprepares with 50 scrapers (figures only).
 load: configure

@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "exporter/http/metrics_server.h"
 #include "src/app/kube.h"
 #include "src/app/lifecycle.h"
@@ -80,7 +81,25 @@ int RunNode(const FlagValues& flags) {
        }},
       {"look up the node",
        [&]() -> absl::Status {
-         auto node = state.client->Get(k8s::kNodes, "", node_name);
+         // A node that does not exist is a configuration error; an API server that is busy
+         // or restarting is not a reason to crash-loop: retry that for a while.
+         absl::StatusOr<nlohmann::json> node;
+         absl::Duration backoff = absl::Seconds(1);
+         const absl::Time give_up = absl::Now() + absl::Minutes(2);
+         while (true) {
+           node = state.client->Get(k8s::kNodes, "", node_name);
+           const int code = k8s::HttpStatusCode(node.status());
+           const bool transient = !node.ok() && (code == 0 || code == 429 || code >= 500);
+           if (node.ok() || !transient || absl::Now() + backoff > give_up) {
+             break;
+           }
+           DLOG(kWarn, "node", "node lookup failed; retrying",
+                {{"node", node_name},
+                 {"error", node.status().message()},
+                 {"retry_in", absl::FormatDuration(backoff)}});
+           absl::SleepFor(backoff);
+           backoff = std::min(2 * backoff, absl::Seconds(16));
+         }
          if (!node.ok()) {
            return common::Annotate(node.status(), absl::StrCat("get node ", node_name));
          }
