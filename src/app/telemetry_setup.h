@@ -35,7 +35,10 @@ ProcessTelemetry NewProcessTelemetry(absl::string_view role);
 // Builds the tracing pipeline from the OTEL_* environment: service.name defaults to
 // `service_name`; `resource` attributes are added unless the environment sets them. Bad
 // OTEL_* values are an error naming the variable. Logs whether tracing is on and where to.
+// A non-empty `otlp_endpoint` (the demo's --otlp-endpoint) stands for OTEL_EXPORTER_OTLP_ENDPOINT
+// and hides OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, so the flag wins over both variables.
 absl::Status StartTracing(ProcessTelemetry& telemetry, absl::string_view service_name,
-                          const telemetry::Attributes& resource = {});
+                          const telemetry::Attributes& resource = {},
+                          const std::string& otlp_endpoint = "");
 
 }  // namespace dralens::app
