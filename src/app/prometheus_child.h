@@ -59,7 +59,9 @@ struct PrometheusOptions {
 class PrometheusChild {
  public:
   // Writes the configuration, checks the binary, starts Prometheus and waits until it reports
-  // ready. Errors say what failed and quote the end of Prometheus' log.
+  // ready. Errors say what failed and quote the end of Prometheus' log. Call it from a thread
+  // that lives as long as the child should (the demo's main thread): the kernel's parent-death
+  // signal follows the thread that forked, not the process.
   static absl::StatusOr<std::unique_ptr<PrometheusChild>> Start(PrometheusOptions options);
   ~PrometheusChild();  // Stop()
   PrometheusChild(const PrometheusChild&) = delete;
