@@ -217,6 +217,21 @@ void ClaimPreparer::RefreshMetrics() {
   options_.metrics->SetUsage(usage);
 }
 
+void ClaimPreparer::RefreshMigLayoutMetrics() {
+  if (options_.metrics == nullptr || options_.mig_source == nullptr) {
+    return;
+  }
+  // Only the metrics follow the source: the device index stays the published layout, which
+  // dynamic MIG derives from the GPUs alone.
+  absl::StatusOr<model::Inventory> now = options_.mig_source->Discover();
+  if (!now.ok()) {
+    DLOG(kWarn, kComponent, "MIG layout metrics not refreshed",
+         {{"error", now.status().message()}});
+    return;
+  }
+  options_.metrics->SetInventory(*now);
+}
+
 void ClaimPreparer::RefreshInventoryMetrics() {
   if (options_.metrics == nullptr) {
     return;
@@ -843,6 +858,7 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
           CdiDeviceInput::Mig{.gi_id = created->gi_id, .ci_id = created->ci_id};
       telemetry.SetAttribute("gpu.mig.profile", d.dynamic_mig->profile);
     }
+    RefreshMigLayoutMetrics();
     MaybeCrashForTest("after-mig-created");
     RETURN_IF_ERROR_CTX(UpdateCheckpoint([&](Checkpoint& cp) {
                           cp.claims[ref.uid].devices = entry.devices;
@@ -984,6 +1000,9 @@ absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref, ClaimTelemetry& te
     }
     if (destroyed_any && removed.ok()) {
       MaybeCrashForTest("unprepare-after-mig-destroyed");
+    }
+    if (destroyed_any) {
+      RefreshMigLayoutMetrics();
     }
   }
   if (removed.ok()) {

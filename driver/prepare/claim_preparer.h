@@ -166,6 +166,9 @@ class ClaimPreparer : public ClaimHandler {
   void RefreshMetrics();
   // Rebuilds the per-device series for the current inventory, then RefreshMetrics().
   void RefreshInventoryMetrics();
+  // Dynamic MIG: after instances were created or destroyed, rebuilds the per-device and MIG
+  // layout series (dralens_mig_devices, dralens_mig_placeable) from what the source reports.
+  void RefreshMigLayoutMetrics();
   std::optional<CheckpointClaim> LookUp(const std::string& uid) const;
 
   // Per-key mutexes that exist only while someone holds or waits for them.

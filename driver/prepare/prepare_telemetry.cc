@@ -130,6 +130,12 @@ PrepareMetrics::PrepareMetrics(prometheus::Registry& registry, telemetry::Exempl
                                                           telemetry::DurationBuckets()));
     }
     in_flight_.Add({{"operation", std::string(ToString(op))}});
+    // Every bounded (result, reason) pair at 0: an error panel shows "none" rather than nothing.
+    for (FailureReason reason : kAllReasons) {
+      claims_total_.Add({{"operation", std::string(ToString(op))},
+                         {"result", reason == FailureReason::kNone ? "ok" : "error"},
+                         {"reason", std::string(ToString(reason))}});
+    }
   }
   // Series that exist from the start, so rates and alerts see zeros rather than nothing.
   for (Phase p : {Phase::kFetchClaim, Phase::kCheckpoint, Phase::kCdi}) {

@@ -4,21 +4,29 @@
 // of them in this process (each with its own kubelet directories, CDI root and metrics port,
 // registered by a kubelet stand-in), runs the cluster role against the API server, starts the
 // workload generator (workload.h: users, scheduler and kubelet stand-in, preparing through the
-// nodes' real gRPC sockets), and prints how to look at it all with kubectl and curl.
+// nodes' real gRPC sockets), optionally a real Prometheus scraping all of it
+// (prometheus_child.h), and prints how to look at it all with kubectl and curl. At a fixed point
+// of the run the simulated GPU source of one A100 node reports a critical Xid, so device health,
+// taints and stranded unhealthy capacity have data too.
 #include <stdlib.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <system_error>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "driver/discovery/simulated/simulated_device_source.h"
 #include "exporter/http/metrics_server.h"
 #include "src/app/cluster_role.h"
 #include "src/app/kube.h"
 #include "src/app/lifecycle.h"
 #include "src/app/node_driver.h"
+#include "src/app/prometheus_child.h"
 #include "src/app/roles.h"
 #include "src/app/telemetry_setup.h"
 #include "src/app/workload.h"
@@ -81,6 +89,66 @@ std::string NodeMetricsAddress(const std::string& demo_address, int i) {
   return absl::StrCat(host, ":", port + 1 + i);
 }
 
+std::string ExecutableDir() {
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "" : exe.parent_path().string();
+}
+
+// Xid 48 (double-bit ECC error) is critical: the node marks the GPU unhealthy and taints it.
+constexpr uint64_t kDemoXid = 48;
+
+// After `after`, reports a critical Xid on the last GPU of `node`, through its simulated device
+// source, as NVML would report it: the health monitor, the slice taints, the node's device state
+// and the cluster role's view of the slice all follow from it. Stop() ends the wait early.
+class FaultInjector {
+ public:
+  FaultInjector(SimulatedNode& node, absl::Duration after) : node_(node) {
+    thread_ = std::thread([this, after] {
+      if (stop_.WaitForNotificationWithTimeout(after)) {
+        return;
+      }
+      Inject();
+    });
+  }
+  ~FaultInjector() { Stop(); }
+  void Stop() {
+    if (!stop_.HasBeenNotified()) {
+      stop_.Notify();
+    }
+    if (thread_.joinable()) {
+      thread_.join();
+    }
+  }
+
+ private:
+  void Inject() {
+    auto* source =
+        dynamic_cast<driver::discovery::SimulatedDeviceSource*>(&node_.driver->device_source());
+    absl::StatusOr<model::Inventory> inventory =
+        source == nullptr ? absl::FailedPreconditionError("not a simulated device source")
+                          : source->Discover();
+    if (!inventory.ok() || inventory->gpus().empty()) {
+      DLOG(kWarn, "demo", "no GPU to inject a fault into",
+           {{"node", node_.name}, {"error", inventory.status().message()}});
+      return;
+    }
+    const model::GpuInfo& gpu = inventory->gpus().back();
+    const std::string device = absl::StrCat("gpu-", gpu.minor);
+    if (absl::Status s = source->InjectXid(gpu.uuid, kDemoXid); !s.ok()) {
+      DLOG(kWarn, "demo", "could not inject an Xid",
+           {{"node", node_.name}, {"device", device}, {"error", s.message()}});
+      return;
+    }
+    DLOG(kInfo, "demo", "injected a critical Xid into a simulated GPU",
+         {{"node", node_.name}, {"device", device}, {"xid", absl::StrCat(kDemoXid)}});
+  }
+
+  SimulatedNode& node_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
 }  // namespace
 
 int RunDemo(const FlagValues& flags) {
@@ -94,6 +162,12 @@ int RunDemo(const FlagValues& flags) {
   std::unique_ptr<Workload> workload;
   std::unique_ptr<exporter::MetricsServer> metrics_server;
   std::vector<std::unique_ptr<SimulatedNode>> sim_nodes;
+  std::unique_ptr<FaultInjector> fault;
+  std::unique_ptr<PrometheusChild> prometheus;
+  // --otlp-endpoint given as a flag overrides both OTLP endpoint variables for every role; from
+  // the environment it is OTEL_EXPORTER_OTLP_ENDPOINT itself, read as usual.
+  const std::string otlp_endpoint =
+      flags.Source("otlp-endpoint") == "flag" ? flags.Get("otlp-endpoint") : "";
   k8s::RestConfig api_config;
   std::string scratch;  // the demo's temporary directory, removed at the end
   int nodes = 2;
@@ -155,7 +229,8 @@ int RunDemo(const FlagValues& flags) {
            options.api_minor = ServerMinorVersion(*n.client);
            // The embedded API server accepts taints; show health in the slices.
            options.device_taints = true;
-           RETURN_IF_ERROR(StartTracing(n.telemetry, "dralens-node", {{"k8s.node.name", n.name}}));
+           RETURN_IF_ERROR(StartTracing(n.telemetry, "dralens-node", {{"k8s.node.name", n.name}},
+                                        otlp_endpoint));
            options.registry = n.telemetry.registry.get();
            options.exemplars = n.telemetry.exemplars.get();
            options.tracer = &n.telemetry.tracer();
@@ -185,7 +260,7 @@ int RunDemo(const FlagValues& flags) {
        }},
       {"start the cluster role",
        [&]() -> absl::Status {
-         RETURN_IF_ERROR(StartTracing(telemetry, "dralens-cluster"));
+         RETURN_IF_ERROR(StartTracing(telemetry, "dralens-cluster", {}, otlp_endpoint));
          ClusterRoleOptions options;
          options.price_per_device_hour = 2.5;  // a round on-demand price, so cost has data
          options.tick = absl::Seconds(1);
@@ -223,6 +298,40 @@ int RunDemo(const FlagValues& flags) {
          workload->Start();
          return absl::OkStatus();
        }},
+      {"schedule the GPU fault",
+       [&]() -> absl::Status {
+         absl::Duration after;
+         (void)absl::ParseDuration(flags.Get("demo-fault-after"), &after);
+         for (const auto& n : sim_nodes) {
+           if (after > absl::ZeroDuration() && absl::StartsWith(n->name, "a100-")) {
+             fault = std::make_unique<FaultInjector>(*n, after);
+             break;
+           }
+         }
+         return absl::OkStatus();
+       }},
+      {"start Prometheus",
+       [&]() -> absl::Status {
+         if (!flags.GetBool("with-prometheus")) {
+           return absl::OkStatus();
+         }
+         PrometheusOptions options;
+         options.binary = flags.Get("prometheus-binary");
+         options.listen_address = flags.Get("prometheus-address");
+         options.dir = absl::StrCat(scratch, "/prometheus");
+         ASSIGN_OR_RETURN(
+             options.config.rules_file,
+             FindAlertRules(flags.Get("prometheus-rules"), ExecutableDir(), DRALENS_SOURCE_DIR));
+         std::string host;
+         int port = 0;
+         RETURN_IF_ERROR(exporter::SplitHostPort(flags.Get("metrics-address"), &host, &port));
+         options.config.cluster_target = ScrapeTarget(host, metrics_server->port());
+         for (const auto& n : sim_nodes) {
+           options.config.node_targets.push_back(ScrapeTarget(host, n->metrics_server->port()));
+         }
+         ASSIGN_OR_RETURN(prometheus, PrometheusChild::Start(std::move(options)));
+         return absl::OkStatus();
+       }},
       {"print where to look",
        [&]() -> absl::Status {
          std::printf(
@@ -243,6 +352,19 @@ int RunDemo(const FlagValues& flags) {
              "average\n    kubectl --server %s get pods,resourceclaims -n demo\n",
              flags.Get("demo-claim-interval").c_str(), flags.Get("demo-seed").c_str(),
              flags.Get("demo-pod-duration").c_str(), api_server->url().c_str());
+         if (fault != nullptr) {
+           std::printf(
+               "\n  fault: after %s the last GPU of %s reports Xid %d and turns unhealthy\n",
+               flags.Get("demo-fault-after").c_str(), DemoNodeName(1).c_str(),
+               static_cast<int>(kDemoXid));
+         }
+         if (prometheus != nullptr) {
+           std::printf(
+               "\n  Prometheus:  %s   (alerts: %s/alerts, targets: %s/targets)\n"
+               "    config %s, log %s\n",
+               prometheus->url().c_str(), prometheus->url().c_str(), prometheus->url().c_str(),
+               prometheus->config_path().c_str(), prometheus->log_path().c_str());
+         }
          std::printf("\nPress Ctrl-C to stop.\n\n");
          std::fflush(stdout);
          return absl::OkStatus();
@@ -255,6 +377,20 @@ int RunDemo(const FlagValues& flags) {
        }},
   };
   std::vector<Step> teardown = {
+      {"stop Prometheus",
+       [&] {
+         if (prometheus) {
+           prometheus->Stop();
+         }
+         return absl::OkStatus();
+       }},
+      {"stop the fault injector",
+       [&] {
+         if (fault) {
+           fault->Stop();
+         }
+         return absl::OkStatus();
+       }},
       {"stop the workload",
        [&] {
          if (workload) {

@@ -54,6 +54,21 @@ std::string CheckPositiveDuration(absl::string_view v) {
   return "";
 }
 
+std::string CheckNonNegativeDuration(absl::string_view v) {
+  absl::Duration d;
+  if (!absl::ParseDuration(v, &d) || d < absl::ZeroDuration()) {
+    return "must be a duration >= 0 such as 0s, 30s or 2m";
+  }
+  return "";
+}
+
+std::string CheckHttpUrl(absl::string_view v) {
+  if (!absl::StartsWith(v, "http://") && !absl::StartsWith(v, "https://")) {
+    return "must be an http:// or https:// URL, e.g. http://127.0.0.1:4318";
+  }
+  return "";
+}
+
 std::string CheckUnsigned(absl::string_view v) {
   uint64_t n = 0;
   return absl::SimpleAtoi(v, &n) ? "" : "must be a non-negative integer";
@@ -180,6 +195,53 @@ std::vector<FlagSpec> BuildFlags() {
                "Mean run time of the demo's pods (exponentially distributed).",
                {Role::kDemo},
                CheckPositiveDuration});
+  f.push_back({"demo-fault-after",
+               "DRALENS_DEMO_FAULT_AFTER",
+               "60s",
+               "When the demo's simulated GPU source reports a critical Xid (48, double-bit ECC "
+               "error) on the last GPU of the first A100 node, so the device turns unhealthy and "
+               "tainted as on real hardware; 0s never.",
+               {Role::kDemo},
+               CheckNonNegativeDuration});
+  f.push_back({"otlp-endpoint",
+               "OTEL_EXPORTER_OTLP_ENDPOINT",
+               "",
+               "OTLP/HTTP base URL every role of the demo sends its spans to (`/v1/traces` is "
+               "appended); the flag wins over OTEL_EXPORTER_OTLP_TRACES_ENDPOINT too. Unset: "
+               "tracing is off unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set.",
+               {Role::kDemo},
+               CheckHttpUrl});
+  f.push_back({"with-prometheus",
+               "DRALENS_WITH_PROMETHEUS",
+               "false",
+               "Also start Prometheus (`--prometheus-binary`) as a child process that scrapes "
+               "the cluster role (job `dralens-cluster`) and every node (job `dralens-node`) in "
+               "OpenMetrics with exemplar storage, and evaluates the alert rules; it keeps its "
+               "data in the demo's temporary directory and stops with the demo.",
+               {Role::kDemo},
+               OneOf({"true", "false"}),
+               /*is_bool=*/true});
+  f.push_back({"prometheus-address",
+               "DRALENS_PROMETHEUS_ADDRESS",
+               "127.0.0.1:9090",
+               "host:port of the web UI and API of `--with-prometheus`. Port 0 picks a free "
+               "port.",
+               {Role::kDemo},
+               CheckHostPort});
+  f.push_back({"prometheus-rules",
+               "DRALENS_PROMETHEUS_RULES",
+               "",
+               "Rule file `--with-prometheus` loads. Unset: `alerts/dralens.rules.yaml`, found "
+               "under `<binary>/../share/dralens/` or the source tree the binary was built from.",
+               {Role::kDemo},
+               nullptr});
+  f.push_back({"prometheus-binary",
+               "DRALENS_PROMETHEUS_BINARY",
+               "/usr/bin/prometheus",
+               "The Prometheus server `--with-prometheus` runs (2.x; Debian's `prometheus` "
+               "package).",
+               {Role::kDemo},
+               CheckAbsolutePath});
   f.push_back({"leader-elect",
                "DRALENS_LEADER_ELECT",
                "false",

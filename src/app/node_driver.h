@@ -87,6 +87,10 @@ class NodeDriver {
   const std::string& registration_socket_path() const;
   const std::string& dra_socket_path() const;
   size_t device_count() const { return devices_; }
+  // Where the GPUs come from. The demo reaches through it to inject faults into a simulated
+  // source (SimulatedDeviceSource::InjectXid), which then reach the health monitor, the slices'
+  // taints and the metrics as a real Xid would. Valid after Start() until destruction.
+  driver::discovery::DeviceSource& device_source() { return *source_; }
   // Device health, fed by the device source's events; tests may Apply() events directly.
   driver::health::HealthMonitor& health() { return *health_; }
   // What /debug/claims shows: see ClaimPreparer::DebugState.

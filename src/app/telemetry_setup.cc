@@ -1,6 +1,7 @@
 #include "src/app/telemetry_setup.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -33,9 +34,20 @@ void ProcessTelemetry::Shutdown(absl::Duration grace) {
 }
 
 absl::Status StartTracing(ProcessTelemetry& telemetry, absl::string_view service_name,
-                          const telemetry::Attributes& resource) {
+                          const telemetry::Attributes& resource, const std::string& otlp_endpoint) {
   absl::StatusOr<telemetry::TracingConfig> config = telemetry::TracingConfigFromEnv(
-      [](const char* name) { return std::getenv(name); }, service_name);
+      [&otlp_endpoint](const char* name) -> const char* {
+        if (!otlp_endpoint.empty()) {
+          if (std::strcmp(name, "OTEL_EXPORTER_OTLP_ENDPOINT") == 0) {
+            return otlp_endpoint.c_str();
+          }
+          if (std::strcmp(name, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == 0) {
+            return nullptr;
+          }
+        }
+        return std::getenv(name);
+      },
+      service_name);
   RETURN_IF_ERROR_CTX(config.status(), "tracing configuration");
   for (const telemetry::Attribute& extra : resource) {
     bool set = false;

@@ -37,8 +37,11 @@ ProcessTelemetry NewProcessTelemetry(absl::string_view role);
 // Builds the tracing pipeline from the OTEL_* environment: service.name defaults to
 // `service_name`; `resource` attributes are added unless the environment sets them. Bad
 // OTEL_* values are an error naming the variable. Logs whether tracing is on and where to.
+// A non-empty `otlp_endpoint` (the demo's --otlp-endpoint) stands for OTEL_EXPORTER_OTLP_ENDPOINT
+// and hides OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, so the flag wins over both variables.
 absl::Status StartTracing(ProcessTelemetry& telemetry, absl::string_view service_name,
-                          const telemetry::Attributes& resource = {});
+                          const telemetry::Attributes& resource = {},
+                          const std::string& otlp_endpoint = "");
 
 // TLS and bearer-token settings of the metrics endpoint from --metrics-tls-cert-file,
 // --metrics-tls-key-file and --metrics-bearer-token-file.

@@ -60,6 +60,9 @@ void Informer::Start() {
   if (thread_ != nullptr) {
     return;
   }
+  if (options_.metrics != nullptr) {
+    options_.metrics->InitWatchRestarts(type_.plural);
+  }
   thread_ = std::make_unique<std::thread>([this] {
     Run();
     absl::MutexLock lock(&mu_);

@@ -31,6 +31,14 @@ void KubeRequestMetrics::RecordRequest(absl::string_view verb, absl::string_view
       .Increment();
 }
 
+void KubeRequestMetrics::InitWatchRestarts(absl::string_view resource) const {
+  for (WatchRestartReason reason :
+       {WatchRestartReason::kGone, WatchRestartReason::kDropped, WatchRestartReason::kError}) {
+    watch_restarts_total.Add(
+        {{"resource", std::string(resource)}, {"reason", std::string(ToString(reason))}});
+  }
+}
+
 void KubeRequestMetrics::RecordWatchRestart(absl::string_view resource,
                                             WatchRestartReason reason) const {
   watch_restarts_total

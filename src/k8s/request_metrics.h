@@ -36,6 +36,9 @@ struct KubeRequestMetrics {
   // code="error".
   void RecordRequest(absl::string_view verb, absl::string_view resource, int http_code) const;
   void RecordWatchRestart(absl::string_view resource, WatchRestartReason reason) const;
+  // Creates the resource's restart series at 0 for every reason, so that a rate() over them
+  // says "no restarts" rather than "no data". Informers call it when they start.
+  void InitWatchRestarts(absl::string_view resource) const;
 };
 
 }  // namespace dralens::k8s

@@ -2,6 +2,7 @@
 // prepare and destroys it on unprepare; failures and crashes leave no instance behind.
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -113,6 +114,30 @@ class DynamicMigTest : public ::testing::Test {
     return 0;
   }
 
+  // The value of the `name` series whose labels include `want`, or nullopt when none exists.
+  std::optional<double> Gauge(const std::string& name,
+                              const std::map<std::string, std::string>& want) {
+    for (const prometheus::MetricFamily& f : registry_.Collect()) {
+      if (f.name != name) {
+        continue;
+      }
+      for (const prometheus::ClientMetric& m : f.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label) {
+          labels[l.name] = l.value;
+        }
+        bool match = true;
+        for (const auto& [k, v] : want) {
+          match = match && labels[k] == v;
+        }
+        if (match) {
+          return m.gauge.value;
+        }
+      }
+    }
+    return std::nullopt;
+  }
+
   TempDir dir_;
   prometheus::Registry registry_;
   telemetry::ExemplarStore exemplars_;
@@ -160,6 +185,28 @@ TEST_F(DynamicMigTest, PrepareCreatesTheInstanceAndUnprepareDestroysIt) {
   EXPECT_TRUE(preparer_->CheckpointForTest().claims.empty());
   EXPECT_EQ(MigOperations("create", "ok"), 1);
   EXPECT_EQ(MigOperations("destroy", "ok"), 1);
+}
+
+TEST_F(DynamicMigTest, MigLayoutMetricsFollowTheInstances) {
+  // MIG mode is off until the first claim: nothing to show yet.
+  EXPECT_EQ(Gauge("dralens_mig_devices", {{"parent", "gpu-0"}}), std::nullopt);
+  EXPECT_EQ(Gauge("dralens_mig_placeable", {{"parent", "gpu-0"}}), std::nullopt);
+
+  const std::string device = Placement(0, "1g.10gb", 3);
+  const ClaimRef claim = MakeClaim("small", device);
+  ASSERT_EQ(preparer_->Prepare({claim})[claim.uid].error, "");
+  EXPECT_EQ(Gauge("dralens_mig_devices",
+                  {{"parent", "gpu-0"}, {"profile", "1g.10gb"}, {"state", "prepared"}}),
+            1);
+  EXPECT_EQ(Gauge("dralens_device_state", {{"device", device}, {"state", "prepared"}}), 1);
+  // Seven 1g.10gb fit on an empty H100; one is taken.
+  EXPECT_EQ(Gauge("dralens_mig_placeable", {{"parent", "gpu-0"}, {"profile", "1g.10gb"}}), 6);
+
+  ASSERT_EQ(preparer_->Unprepare({claim})[claim.uid], "");
+  EXPECT_EQ(Gauge("dralens_mig_devices", {{"parent", "gpu-0"}, {"profile", "1g.10gb"}}),
+            std::nullopt);
+  EXPECT_EQ(Gauge("dralens_device_state", {{"device", device}}), std::nullopt);
+  EXPECT_EQ(Gauge("dralens_mig_placeable", {{"parent", "gpu-0"}, {"profile", "1g.10gb"}}), 7);
 }
 
 TEST_F(DynamicMigTest, DisjointPlacementsCoexistAndAFailedCreateLeavesNothing) {

@@ -94,6 +94,33 @@ TEST(FlagsTest, BadValuesNameTheFlagAndWhatIsAllowed) {
   EXPECT_THAT(std::string(v.status().message()), HasSubstr("DNS subdomain"));
 }
 
+TEST(FlagsTest, DemoPrometheusFaultAndOtlpFlags) {
+  Env env({{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"}});
+  auto v = ParseFlags(Role::kDemo, {"--with-prometheus", "--demo-fault-after=0s"}, env.Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->GetBool("with-prometheus"));
+  EXPECT_EQ(v->Get("prometheus-address"), "127.0.0.1:9090");
+  EXPECT_EQ(v->Get("prometheus-binary"), "/usr/bin/prometheus");
+  EXPECT_EQ(v->Get("prometheus-rules"), "");
+  EXPECT_EQ(v->Get("demo-fault-after"), "0s");
+  // The OTLP endpoint's twin is the standard variable itself.
+  EXPECT_EQ(v->Get("otlp-endpoint"), "http://collector:4318");
+  EXPECT_EQ(v->Source("otlp-endpoint"), "env");
+
+  v = ParseFlags(Role::kDemo, {"--demo-fault-after=-1s"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("--demo-fault-after"));
+  v = ParseFlags(Role::kDemo, {"--otlp-endpoint=collector:4318"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()),
+              HasSubstr("--otlp-endpoint: must be an http:// or https:// URL"));
+  v = ParseFlags(Role::kDemo, {"--prometheus-binary=prometheus"}, env.Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("absolute path"));
+  // Only the demo starts Prometheus.
+  EXPECT_FALSE(ParseFlags(Role::kCluster, {"--with-prometheus"}, Env().Fn()).ok());
+}
+
 TEST(FlagsTest, BadEnvironmentValueNamesTheVariable) {
   Env env({{"DRALENS_DEVICE_SOURCE", "gpu"}});
   auto v = ParseFlags(Role::kNode, {}, env.Fn());
