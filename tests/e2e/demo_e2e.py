@@ -53,12 +53,7 @@ BUILTINS = {"__rate_interval": "30s", "__interval": "10s", "__range": "10m"}
 
 # Dashboard panels (file, title) whose queries cannot have data in the demo, with the reason.
 # Keep it short; an entry whose query does return data is reported as stale.
-ALLOWED_EMPTY = {
-    # The shared self-monitoring row repeats this panel on every dashboard, but the node role
-    # runs no watch (it converges its slices by listing and GETs claims at prepare time), so
-    # job="dralens-node" never has dralens_kube_watch_restarts_total.
-    ("node.json", "Watch restarts"): "the node role opens no watch",
-}
+ALLOWED_EMPTY: dict = {}
 
 # Beyond the dashboards: the demo's scheduled Xid must show up on both sides.
 FAULT_QUERIES = [

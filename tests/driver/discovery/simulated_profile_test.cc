@@ -25,7 +25,7 @@ TEST(SimulatedProfile, Builtins) {
   }
   auto unknown = BuiltinSimulatedProfile("dgx-b200");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(unknown.status().message(), HasSubstr("a100-40gb, dgx-h100, mixed"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("a100-40gb, dgx-h100, h100x2, mixed"));
 }
 
 TEST(SimulatedProfile, ExampleFixtureLoads) {
