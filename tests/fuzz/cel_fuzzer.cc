@@ -64,8 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(
       outcome.verdict == cel::Verdict::kUnknown || outcome.runtime_error || outcome.detail.empty(),
       "a clean true/false has no detail");
-  FUZZ_CHECK(Same(outcome, program->Evaluate(device->View())), "evaluation is deterministic");
+  FUZZ_CHECK(fuzz::Same(outcome, program->Evaluate(device->View())), "evaluation is deterministic");
   cel::Program copy = *program;
-  FUZZ_CHECK(Same(outcome, copy.Evaluate(device->View())), "a copy evaluates the same");
+  FUZZ_CHECK(fuzz::Same(outcome, copy.Evaluate(device->View())), "a copy evaluates the same");
   return 0;
 }

@@ -1,6 +1,8 @@
 // Fuzzes the opaque sharing config (driver/sharing/config.h). The input is JSON, used twice:
 //  - as `opaque.parameters`: DecodeDeviceConfig, and on success the documented round trip
-//    DecodeSharingBlock(EncodeSharing(s), kind) == s;
+//    DecodeSharingBlock(EncodeSharing(s), kGpuConfig) == s, for the config of either kind (the
+//    checkpoint stores a MIG device's decision that way too: EncodeSharing writes the
+//    time-slice interval, which a MigDeviceConfig may not carry);
 //  - when it is an array, as the allocation's config list, each element
 //    {"source", "requests", "driver", "parameters"} becoming one entry (missing members take
 //    the defaults below), resolved by ResolveDeviceConfig for a GPU and a MIG device.
@@ -57,7 +59,7 @@ std::vector<model::DeviceAllocationConfiguration> ConfigList(const nlohmann::jso
 void CheckDecoded(const DeviceConfig& config) {
   nlohmann::json block = driver::sharing::EncodeSharing(config.sharing);
   absl::StatusOr<driver::sharing::SharingConfig> again =
-      driver::sharing::DecodeSharingBlock(block, config.kind);
+      driver::sharing::DecodeSharingBlock(block, driver::sharing::ConfigKind::kGpuConfig);
   FUZZ_CHECK(again.ok(), "an encoded sharing block decodes");
   FUZZ_CHECK(*again == config.sharing, "the sharing block round-trips");
 }
