@@ -101,7 +101,6 @@ class RestClientTest : public ::testing::Test {
     return seen_;
   }
 
-  LocalServer<> server_;
   RecordingClock clock_;
   absl::Mutex mu_;
   std::vector<Seen> seen_;
@@ -109,6 +108,9 @@ class RestClientTest : public ::testing::Test {
       [](const httplib::Request&, httplib::Response& res) {
         res.set_content("{}", "application/json");
       };
+  // Last, so that it is destroyed first: its handler threads use the members above, and one
+  // may still be running when a test ends (SlowServerIsDeadlineExceeded).
+  LocalServer<> server_;
 };
 
 TEST_F(RestClientTest, VerbsUseKubernetesPathsAndHeaders) {
