@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
 .PHONY: demo test deps configure build format check-format clean crash-loop bench load soak sanitize \
-	chart-files chart-test
+	tsan fuzz chart-files chart-test
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
 # it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
@@ -30,6 +30,30 @@ sanitize: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The whole suite under ThreadSanitizer (its own build folder). Debian's gRPC, abseil and
+# libstdc++ are not instrumented: src/common/tsan_absl_sync.cc tells TSan about absl's locks,
+# ignore_noninstrumented_modules keeps TSan's memcpy/malloc interceptors from judging those
+# libraries' internals, and tests/tsan.supp holds what remains (nothing today).
+TSAN_OPTIONS_MAKE = suppressions=$(CURDIR)/tests/tsan.supp ignore_noninstrumented_modules=1 \
+	halt_on_error=1 second_deadlock_stack=1
+tsan: deps
+	cmake -B build-tsan -S . -G Ninja $(CMAKE_FLAGS) -DDRALENS_ENABLE_TSAN=ON \
+	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS=-O1
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS="$(TSAN_OPTIONS_MAKE)" ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE fuzz
+
+# libFuzzer targets (tests/fuzz) under clang with ASan and UBSan, in build-fuzz, each run for
+# FUZZ_SECONDS, one at a time; FUZZ_TARGETS picks some (e.g. FUZZ_TARGETS="cel quantity").
+# Crashing inputs land in build-fuzz/fuzz/artifacts/.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
+fuzz:
+	./.ci/install-deps fuzz
+	CC=clang CXX=clang++ cmake -B build-fuzz -S . -G Ninja $(CMAKE_FLAGS) -DDRALENS_FUZZ=ON \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
+	tests/fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 deps:
 	./.ci/install-deps all

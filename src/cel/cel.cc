@@ -225,6 +225,14 @@ Value NoOverload(absl::string_view function, const Value& a, const Value& b) {
   return Err(
       absl::StrCat("no such overload: ", function, "(", TypeName(a), ", ", TypeName(b), ")"));
 }
+// Any number of arguments, none included: "no such overload: quantity()".
+Value NoOverload(absl::string_view function, const std::vector<Value>& args) {
+  return Err(absl::StrCat(
+      "no such overload: ", function, "(",
+      absl::StrJoin(args, ", ",
+                    [](std::string* out, const Value& v) { absl::StrAppend(out, TypeName(v)); }),
+      ")"));
+}
 
 // ---------------------------------------------------------------------------------------------
 // The syntax tree.
@@ -1303,7 +1311,7 @@ Value CallFunction(const Node& node, std::vector<Value>& args) {
     const bool* normalize = args.size() == 2 ? args[1].Get<bool>() : nullptr;
     if (f == "quantity" || f == "isQuantity") {
       if (args.size() != 1 || text == nullptr)
-        return NoOverload(f, args[0]);
+        return NoOverload(f, args);
       absl::StatusOr<Quantity> q = Quantity::Parse(*text);
       if (f == "isQuantity")
         return Value{q.ok()};
@@ -1313,7 +1321,7 @@ Value CallFunction(const Node& node, std::vector<Value>& args) {
     }
     if (f == "semver" || f == "isSemver") {
       if (text == nullptr || (args.size() == 2 && normalize == nullptr) || args.size() > 2) {
-        return NoOverload(f, args[0]);
+        return NoOverload(f, args);
       }
       std::optional<SemVer> v = ParseSemVer(*text, normalize != nullptr && *normalize);
       if (f == "isSemver")

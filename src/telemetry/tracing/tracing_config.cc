@@ -137,8 +137,9 @@ absl::StatusOr<HeaderList> Headers(const Env& env) {
         return Invalid(name, env.Get(name),
                        absl::StrCat("the value of \"", key, "\" holds CR, LF or NUL"));
       }
-      auto it = std::find_if(merged.begin(), merged.end(),
-                             [&](const auto& h) { return absl::EqualsIgnoreCase(h.first, key); });
+      auto it = std::find_if(merged.begin(), merged.end(), [&header = key](const auto& h) {
+        return absl::EqualsIgnoreCase(h.first, header);
+      });
       if (it != merged.end()) {
         it->second = std::move(value);
       } else {
@@ -174,7 +175,7 @@ absl::StatusOr<Attributes> ResourceAttributes(const Env& env,
       continue;
     }
     auto it = std::find_if(attributes.begin(), attributes.end(),
-                           [&](const Attribute& a) { return a.key == key; });
+                           [&name = key](const Attribute& a) { return a.key == name; });
     if (it != attributes.end()) {
       it->value = std::move(value);
     } else {

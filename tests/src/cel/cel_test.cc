@@ -2,6 +2,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -248,6 +250,26 @@ TEST(CelTest, RuntimeErrorsAreFalseWithDetail) {
     EXPECT_EQ(outcome.verdict, Verdict::kFalse) << c.expression;
     EXPECT_TRUE(outcome.runtime_error) << c.expression;
     EXPECT_THAT(outcome.detail, HasSubstr(c.detail)) << c.expression;
+  }
+}
+
+// quantity() and semver() with the wrong number of arguments, none included, are "no such
+// overload" errors naming every argument (found by tests/fuzz/cel_fuzzer: quantity() read a
+// missing first argument).
+TEST(CelTest, ConversionsWithoutOrWithExtraArgumentsAreNoSuchOverload) {
+  for (const auto& [expression, detail] : std::vector<std::pair<const char*, const char*>>{
+           {"device.capacity['gpu.dralens.dev'].memory.compareTo(quantity()) >= 0",
+            "no such overload: quantity()"},
+           {"isQuantity()", "no such overload: isQuantity()"},
+           {"semver().major() == 1", "no such overload: semver()"},
+           {"isSemver()", "no such overload: isSemver()"},
+           {"quantity('1', '2') == quantity('1')", "no such overload: quantity(string, string)"},
+           {"semver('1.0.0', true, 1).major() == 1", "no such overload: semver(string, bool, int)"},
+       }) {
+    const Outcome outcome = Eval(expression, FullGpu());
+    EXPECT_EQ(outcome.verdict, Verdict::kFalse) << expression;
+    EXPECT_TRUE(outcome.runtime_error) << expression;
+    EXPECT_THAT(outcome.detail, HasSubstr(detail)) << expression;
   }
 }
 

@@ -217,6 +217,21 @@ TEST(QuantityTest, AddAndSubKeepTheFormat) {
   EXPECT_EQ(low.Sub(Q("1E")).code(), absl::StatusCode::kOutOfRange);
 }
 
+// A BinarySI value that is no whole multiple of 1024 prints as a plain number, which reads back
+// as DecimalSI and so prints differently the second time; the value never changes. Kubernetes
+// does the same. Found by tests/fuzz/quantity_fuzzer, whose fixed-point check was too strict.
+TEST(QuantityTest, BinaryValueOffTheBinaryGridReadsBackAsDecimal) {
+  Quantity q = Q(".5Ei");
+  ASSERT_TRUE(q.Add(Q("00.5Ki")).ok());
+  EXPECT_EQ(q.format(), Quantity::Format::kBinarySI);
+  EXPECT_EQ(q.String(), "576460752303424000");
+  const Quantity again = Q(q.String());
+  EXPECT_EQ(again, q);
+  EXPECT_EQ(again.format(), Quantity::Format::kDecimalSI);
+  EXPECT_EQ(again.String(), "576460752303424k");
+  EXPECT_EQ(Q(again.String()).String(), "576460752303424k");
+}
+
 TEST(QuantityTest, Constructors) {
   EXPECT_EQ(Quantity::FromInt64(1024, F::kBinarySI).String(), "1Ki");
   EXPECT_EQ(Quantity::FromInt64(1500).String(), "1500");

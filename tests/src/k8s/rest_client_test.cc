@@ -104,7 +104,6 @@ class RestClientTest : public ::testing::Test {
     return seen_;
   }
 
-  LocalServer<> server_;
   RecordingClock clock_;
   absl::Mutex mu_;
   std::vector<Seen> seen_;
@@ -112,6 +111,9 @@ class RestClientTest : public ::testing::Test {
       [](const httplib::Request&, httplib::Response& res) {
         res.set_content("{}", "application/json");
       };
+  // Last, so that it is destroyed first: its handler threads use the members above, and one
+  // may still be running when a test ends (SlowServerIsDeadlineExceeded).
+  LocalServer<> server_;
 };
 
 TEST_F(RestClientTest, VerbsUseKubernetesPathsAndHeaders) {

@@ -1,0 +1,7 @@
+
+
+defaultafirst
+
+defaultbb
+
+defaultasecond

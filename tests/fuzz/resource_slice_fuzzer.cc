@@ -1,0 +1,11 @@
+// Fuzzes the ResourceSlice JSON decoder (src/model/codec.h) and the encode/decode round trip.
+#include <cstddef>
+#include <cstdint>
+
+#include "src/model/codec.h"
+#include "tests/fuzz/codec_fuzz.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  dralens::fuzz::FuzzDecode<dralens::model::ResourceSlice>(data, size);
+  return 0;
+}
