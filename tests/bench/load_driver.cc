@@ -35,6 +35,7 @@
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
 #include "src/sim/kubelet.h"
+#include "tests/bench/driver_util.h"
 #include "tests/integration/subprocess.h"
 
 namespace {
@@ -58,13 +59,7 @@ struct Latencies {
   }
   std::string Summary() {
     std::lock_guard<std::mutex> lock(mu);
-    if (ms.empty()) {
-      return "no samples";
-    }
-    std::sort(ms.begin(), ms.end());
-    auto at = [&](double q) { return ms[std::min(ms.size() - 1, size_t(q * ms.size()))]; };
-    return absl::StrFormat("n=%d p50=%.1f ms p99=%.1f ms max=%.1f ms", ms.size(), at(0.5), at(0.99),
-                           ms.back());
+    return dralens::bench::Percentiles(ms, "ms");
   }
 };
 
@@ -79,22 +74,11 @@ std::string StatusField(pid_t pid, const std::string& field) {
   return "?";
 }
 
-int Flag(int argc, char** argv, const std::string& name, int fallback) {
-  for (int i = 1; i < argc; ++i) {
-    int v = 0;
-    if (absl::StartsWith(argv[i], "--" + name + "=") &&
-        absl::SimpleAtoi(std::string(argv[i]).substr(name.size() + 3), &v)) {
-      return v;
-    }
-  }
-  return fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int claims = Flag(argc, argv, "claims", 1000);
-  const int scrapers = Flag(argc, argv, "scrapers", 50);
+  const int claims = dralens::bench::IntFlag(argc, argv, "claims", 1000);
+  const int scrapers = dralens::bench::IntFlag(argc, argv, "scrapers", 50);
   const int gpus = (claims + kSharesPerGpu - 1) / kSharesPerGpu;
 
   std::string tmpl = (fs::temp_directory_path() / "dralens-load-XXXXXX").string();
@@ -114,11 +98,7 @@ int main(int argc, char** argv) {
   (void)client->Create(dralens::k8s::kNodes, "",
                        {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
   const std::string kubeconfig = (root / "kubeconfig").string();
-  std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
-                               "clusters:\n- name: t\n  cluster:\n    server: "
-                            << api.url()
-                            << "\ncontexts:\n- name: t\n  context:\n    cluster: t\n"
-                               "    user: t\nusers:\n- name: t\n  user: {}\n";
+  dralens::bench::WriteKubeconfig(kubeconfig, api.url());
   const std::string profile = (root / "profile.json").string();
   json gpu_specs = json::array();
   for (int left = gpus; left > 0; left -= 64) {  // a profile entry holds at most 64 GPUs

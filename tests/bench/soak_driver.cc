@@ -45,6 +45,7 @@
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
 #include "src/sim/kubelet.h"
+#include "tests/bench/driver_util.h"
 #include "tests/integration/subprocess.h"
 
 namespace {
@@ -55,17 +56,6 @@ using nlohmann::json;
 
 constexpr char kNode[] = "soak-a100";
 constexpr char kCdiPrefix[] = "k8s.gpu.dralens.dev-claim_";
-
-int Flag(int argc, char** argv, const std::string& name, int fallback) {
-  for (int i = 1; i < argc; ++i) {
-    int v = 0;
-    if (absl::StartsWith(argv[i], "--" + name + "=") &&
-        absl::SimpleAtoi(std::string(argv[i]).substr(name.size() + 3), &v)) {
-      return v;
-    }
-  }
-  return fallback;
-}
 
 int64_t RssKiB(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
@@ -125,11 +115,7 @@ class Soak {
         dralens::k8s::kNodes, "",
         {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
     kubeconfig_ = (root_ / "kubeconfig").string();
-    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
-                                  "clusters:\n- name: t\n  cluster:\n    server: "
-                               << api_.url()
-                               << "\ncontexts:\n- name: t\n  context:\n    cluster: t\n"
-                                  "    user: t\nusers:\n- name: t\n  user: {}\n";
+    dralens::bench::WriteKubeconfig(kubeconfig_, api_.url());
     env_ = {{"NODE_NAME", kNode},
             {"KUBECONFIG", kubeconfig_},
             {"OTEL_EXPORTER_OTLP_ENDPOINT", absl::StrCat("http://127.0.0.1:", otlp_down_port)},
@@ -276,8 +262,8 @@ class Soak {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int minutes = Flag(argc, argv, "minutes", 5);
-  const int kill_every = Flag(argc, argv, "kill-every", 60);
+  const int minutes = dralens::bench::IntFlag(argc, argv, "minutes", 5);
+  const int kill_every = dralens::bench::IntFlag(argc, argv, "kill-every", 60);
   std::string tmpl = (fs::temp_directory_path() / "dralens-soak-XXXXXX").string();
   if (mkdtemp(tmpl.data()) == nullptr) {
     return 1;

@@ -31,6 +31,7 @@
 #include "src/k8s/client.h"
 #include "src/telemetry/exposition.h"
 #include "src/telemetry/tracing/tracer_provider.h"
+#include "tests/bench/driver_util.h"
 
 namespace {
 
@@ -125,33 +126,14 @@ json Pod(int c, int node, bool running) {
 
 struct Samples {
   std::vector<double> us;
-  std::string Summary() {
-    if (us.empty()) {
-      return "none";
-    }
-    std::sort(us.begin(), us.end());
-    auto at = [&](double q) { return us[std::min(us.size() - 1, size_t(q * us.size()))]; };
-    return absl::StrFormat("n=%d p50=%.1f us p99=%.1f us max=%.0f us", us.size(), at(0.5), at(0.99),
-                           us.back());
-  }
+  std::string Summary() { return dralens::bench::Percentiles(us, "us"); }
 };
-
-int Flag(int argc, char** argv, const std::string& name, int fallback) {
-  for (int i = 1; i < argc; ++i) {
-    int v = 0;
-    if (absl::StartsWith(argv[i], "--" + name + "=") &&
-        absl::SimpleAtoi(std::string(argv[i]).substr(name.size() + 3), &v)) {
-      return v;
-    }
-  }
-  return fallback;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int nodes = Flag(argc, argv, "nodes", 200);
-  const int events = Flag(argc, argv, "events", 1000000);
+  const int nodes = dralens::bench::IntFlag(argc, argv, "nodes", 200);
+  const int events = dralens::bench::IntFlag(argc, argv, "events", 1000000);
   const int devices = nodes * kGpusPerNode;
   const int claims = devices + devices / 4;
 
