@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
 .PHONY: demo test deps configure build format check-format clean crash-loop bench load soak sanitize \
-	tsan fuzz chart-files chart-test
+	tsan fuzz fuzz-smoke chart-files chart-test
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
 # it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
@@ -15,6 +15,16 @@ demo: configure
 # Installs what is missing, builds everything, and runs every test.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	$(MAKE) fuzz-smoke
+
+# A short run of every libFuzzer target (tests/fuzz) in its own clang build (build-fuzz), with
+# the seed corpus; part of `make test`. About 3 minutes of build and 2 of fuzzing on 2 cores.
+FUZZ_SMOKE_SECONDS ?= 10
+fuzz-smoke:
+	CC=clang CXX=clang++ cmake -B build-fuzz -S . -G Ninja $(CMAKE_FLAGS) -DDRALENS_FUZZ=ON \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRALENS_FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
+	cd build-fuzz && ctest -L fuzz --output-on-failure -j $(JOBS)
 
 # The kill -9 loop of the node role, many more rounds than the test suite runs.
 CRASH_ROUNDS ?= 25

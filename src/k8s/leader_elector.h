@@ -76,7 +76,6 @@ class LeaderElector {
   std::string observed_record_;
   absl::Time observed_time_ = absl::InfinitePast();
   absl::Time last_renew_ = absl::InfinitePast();
-  int64_t observed_transitions_ = 0;
   std::unique_ptr<std::thread> thread_;
   absl::Mutex run_mu_;  // serialises rounds between the loop and Stop()
 };
