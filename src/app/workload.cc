@@ -314,9 +314,7 @@ bool Workload::Matches(const std::string& expression, const model::SliceDevice& 
   return program->Evaluate(view).verdict == cel::Verdict::kTrue;
 }
 
-std::optional<Workload::Held> Workload::Fit(const Tracked& claim, const json& request,
-                                            const View& view) {
-  (void)claim;
+std::optional<Workload::Held> Workload::Fit(const json& request, const View& view) {
   const json& exactly = request["exactly"];
   auto device_class = view.classes.find(exactly["deviceClassName"].get<std::string>());
   if (device_class == view.classes.end()) {
@@ -364,7 +362,7 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
   ASSIGN_OR_RETURN(json object,
                    client_.Get(k8s::kResourceClaims, options_.namespace_name, claim.name));
   const json& request = object["spec"]["devices"]["requests"][0];
-  std::optional<Held> held = Fit(claim, request, view);
+  std::optional<Held> held = Fit(request, view);
   if (!held.has_value()) {
     return absl::OkStatus();  // stays pending; the cluster role says why
   }

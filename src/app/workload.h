@@ -127,8 +127,8 @@ class Workload {
   WorkloadKind PickKind();
   absl::Status CreateClaim(absl::Time now);
   absl::StatusOr<View> Observe();
-  // A device for the claim's one request, or nullopt.
-  std::optional<Held> Fit(const Tracked& claim, const nlohmann::json& request, const View& view);
+  // A device for a claim's one request, or nullopt.
+  std::optional<Held> Fit(const nlohmann::json& request, const View& view);
   bool Matches(const std::string& expression, const model::SliceDevice& device,
                const std::string& driver);
   absl::Status Allocate(Tracked& claim, const View& view, absl::Time now);
