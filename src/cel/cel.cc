@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -1166,62 +1167,46 @@ Value Relational(absl::string_view op, const Value& a, const Value& b) {
   return Value{c >= 0};
 }
 
+// +, -, *, / and % on two int64 or two uint64 values, with CEL's overflow and zero errors.
+template <typename T>
+Value IntegerArithmetic(char o, T x, T y) {
+  T r = 0;
+  bool overflow = false;
+  switch (o) {
+    case '+':
+      overflow = __builtin_add_overflow(x, y, &r);
+      break;
+    case '-':
+      overflow = __builtin_sub_overflow(x, y, &r);
+      break;
+    case '*':
+      overflow = __builtin_mul_overflow(x, y, &r);
+      break;
+    case '/':
+    case '%':
+      if (y == 0)
+        return Err(o == '/' ? "division by zero" : "modulus by zero");
+      if constexpr (std::is_signed_v<T>) {
+        if (x == std::numeric_limits<T>::min() && y == -1) {
+          overflow = o == '/';  // the quotient does not fit; the remainder is 0
+          break;
+        }
+      }
+      r = o == '/' ? x / y : x % y;
+      break;
+  }
+  if (overflow)
+    return Err(std::is_signed_v<T> ? "integer overflow" : "unsigned integer overflow");
+  return Value{r};
+}
+
 Value Arithmetic(absl::string_view op, const Value& a, const Value& b) {
   const char o = op[0];
   if (const int64_t* x = a.Get<int64_t>(); x != nullptr && b.Get<int64_t>() != nullptr) {
-    const int64_t y = *b.Get<int64_t>();
-    int64_t r = 0;
-    bool overflow = false;
-    switch (o) {
-      case '+':
-        overflow = __builtin_add_overflow(*x, y, &r);
-        break;
-      case '-':
-        overflow = __builtin_sub_overflow(*x, y, &r);
-        break;
-      case '*':
-        overflow = __builtin_mul_overflow(*x, y, &r);
-        break;
-      case '/':
-      case '%':
-        if (y == 0)
-          return Err(o == '/' ? "division by zero" : "modulus by zero");
-        if (*x == std::numeric_limits<int64_t>::min() && y == -1) {
-          overflow = o == '/';
-          r = 0;
-        } else {
-          r = o == '/' ? *x / y : *x % y;
-        }
-        break;
-    }
-    if (overflow)
-      return Err("integer overflow");
-    return Value{r};
+    return IntegerArithmetic<int64_t>(o, *x, *b.Get<int64_t>());
   }
   if (const uint64_t* x = a.Get<uint64_t>(); x != nullptr && b.Get<uint64_t>() != nullptr) {
-    const uint64_t y = *b.Get<uint64_t>();
-    uint64_t r = 0;
-    bool overflow = false;
-    switch (o) {
-      case '+':
-        overflow = __builtin_add_overflow(*x, y, &r);
-        break;
-      case '-':
-        overflow = __builtin_sub_overflow(*x, y, &r);
-        break;
-      case '*':
-        overflow = __builtin_mul_overflow(*x, y, &r);
-        break;
-      case '/':
-      case '%':
-        if (y == 0)
-          return Err(o == '/' ? "division by zero" : "modulus by zero");
-        r = o == '/' ? *x / y : *x % y;
-        break;
-    }
-    if (overflow)
-      return Err("unsigned integer overflow");
-    return Value{r};
+    return IntegerArithmetic<uint64_t>(o, *x, *b.Get<uint64_t>());
   }
   if (const double* x = a.Get<double>(); x != nullptr && b.Get<double>() != nullptr) {
     const double y = *b.Get<double>();
