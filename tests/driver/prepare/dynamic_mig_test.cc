@@ -97,45 +97,15 @@ class DynamicMigTest : public ::testing::Test {
 
   // dralens_mig_operations_total{operation, result}.
   double MigOperations(const std::string& operation, const std::string& result) {
-    for (const prometheus::MetricFamily& f : registry_.Collect()) {
-      if (f.name != "dralens_mig_operations_total") {
-        continue;
-      }
-      for (const prometheus::ClientMetric& m : f.metric) {
-        std::map<std::string, std::string> labels;
-        for (const auto& l : m.label) {
-          labels[l.name] = l.value;
-        }
-        if (labels["operation"] == operation && labels["result"] == result) {
-          return m.counter.value;
-        }
-      }
-    }
-    return 0;
+    return testing::SeriesValue(registry_, "dralens_mig_operations_total",
+                                {{"operation", operation}, {"result", result}})
+        .value_or(0);
   }
 
   // The value of the `name` series whose labels include `want`, or nullopt when none exists.
   std::optional<double> Gauge(const std::string& name,
                               const std::map<std::string, std::string>& want) {
-    for (const prometheus::MetricFamily& f : registry_.Collect()) {
-      if (f.name != name) {
-        continue;
-      }
-      for (const prometheus::ClientMetric& m : f.metric) {
-        std::map<std::string, std::string> labels;
-        for (const auto& l : m.label) {
-          labels[l.name] = l.value;
-        }
-        bool match = true;
-        for (const auto& [k, v] : want) {
-          match = match && labels[k] == v;
-        }
-        if (match) {
-          return m.gauge.value;
-        }
-      }
-    }
-    return std::nullopt;
+    return testing::SeriesValue(registry_, name, want);
   }
 
   TempDir dir_;

@@ -7,14 +7,17 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "driver/prepare/claim_handler.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "prometheus/registry.h"
 #include "src/common/log.h"
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
@@ -100,6 +103,31 @@ inline ClaimRef CreateClaim(k8s::KubeClient& client, const std::string& ns, cons
     EXPECT_TRUE(updated.ok()) << updated.status();
   }
   return {ns, (*created)["metadata"]["uid"].get<std::string>(), name};
+}
+
+// The value of the first counter or gauge series of `family` whose labels include `want`, or
+// nullopt when none exists.
+inline std::optional<double> SeriesValue(prometheus::Registry& registry, const std::string& family,
+                                         const std::map<std::string, std::string>& want) {
+  for (const prometheus::MetricFamily& f : registry.Collect()) {
+    if (f.name != family) {
+      continue;
+    }
+    for (const prometheus::ClientMetric& m : f.metric) {
+      std::map<std::string, std::string> labels;
+      for (const auto& l : m.label) {
+        labels[l.name] = l.value;
+      }
+      bool match = true;
+      for (const auto& [k, v] : want) {
+        match = match && labels[k] == v;
+      }
+      if (match) {
+        return f.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 // Captures log lines for the lifetime of the object.

@@ -182,41 +182,16 @@ class SharingPrepareTest : public ::testing::Test {
   // dralens_sharing_decisions_total{strategy, result, reason}.
   double Decisions(const std::string& strategy, const std::string& result,
                    const std::string& reason) {
-    for (const prometheus::MetricFamily& f : registry_.Collect()) {
-      if (f.name != "dralens_sharing_decisions_total") {
-        continue;
-      }
-      for (const prometheus::ClientMetric& m : f.metric) {
-        std::map<std::string, std::string> labels;
-        for (const auto& l : m.label) {
-          labels[l.name] = l.value;
-        }
-        if (labels["strategy"] == strategy && labels["result"] == result &&
-            labels["reason"] == reason) {
-          return m.counter.value;
-        }
-      }
-    }
-    return 0;
+    return testing::SeriesValue(registry_, "dralens_sharing_decisions_total",
+                                {{"strategy", strategy}, {"result", result}, {"reason", reason}})
+        .value_or(0);
   }
 
   // dralens_node_claims_total{operation="prepare", result="error", reason}.
   double PrepareErrors(const std::string& reason) {
-    for (const prometheus::MetricFamily& f : registry_.Collect()) {
-      if (f.name != "dralens_node_claims_total") {
-        continue;
-      }
-      for (const prometheus::ClientMetric& m : f.metric) {
-        std::map<std::string, std::string> labels;
-        for (const auto& l : m.label) {
-          labels[l.name] = l.value;
-        }
-        if (labels["operation"] == "prepare" && labels["reason"] == reason) {
-          return m.counter.value;
-        }
-      }
-    }
-    return 0;
+    return testing::SeriesValue(registry_, "dralens_node_claims_total",
+                                {{"operation", "prepare"}, {"result", "error"}, {"reason", reason}})
+        .value_or(0);
   }
 
   sim::ApiServer server_;
