@@ -1,9 +1,7 @@
-// Small helpers shared by the load, storm and soak drivers: integer flags, percentile lines and
-// a kubeconfig for the embedded API server.
+// Small helpers shared by the load, storm and soak drivers: integer flags and percentile lines.
 #pragma once
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -36,15 +34,6 @@ inline std::string Percentiles(std::vector<double>& samples, const char* unit) {
   };
   return absl::StrFormat("n=%d p50=%.1f %s p99=%.1f %s max=%.1f %s", samples.size(), at(0.5), unit,
                          at(0.99), unit, samples.back(), unit);
-}
-
-// A kubeconfig at `path` that points at `server` without credentials.
-inline void WriteKubeconfig(const std::string& path, const std::string& server) {
-  std::ofstream(path) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
-                         "clusters:\n- name: t\n  cluster:\n    server: "
-                      << server
-                      << "\ncontexts:\n- name: t\n  context:\n    cluster: t\n"
-                         "    user: t\nusers:\n- name: t\n  user: {}\n";
 }
 
 }  // namespace dralens::bench

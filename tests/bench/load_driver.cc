@@ -37,6 +37,7 @@
 #include "src/sim/kubelet.h"
 #include "tests/bench/driver_util.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testing/kubeconfig.h"
 
 namespace {
 
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
   (void)client->Create(dralens::k8s::kNodes, "",
                        {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
   const std::string kubeconfig = (root / "kubeconfig").string();
-  dralens::bench::WriteKubeconfig(kubeconfig, api.url());
+  dralens::testing::WriteKubeconfig(kubeconfig, api.url());
   const std::string profile = (root / "profile.json").string();
   json gpu_specs = json::array();
   for (int left = gpus; left > 0; left -= 64) {  // a profile entry holds at most 64 GPUs

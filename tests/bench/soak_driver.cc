@@ -47,6 +47,7 @@
 #include "src/sim/kubelet.h"
 #include "tests/bench/driver_util.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testing/kubeconfig.h"
 
 namespace {
 
@@ -115,7 +116,7 @@ class Soak {
         dralens::k8s::kNodes, "",
         {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
     kubeconfig_ = (root_ / "kubeconfig").string();
-    dralens::bench::WriteKubeconfig(kubeconfig_, api_.url());
+    dralens::testing::WriteKubeconfig(kubeconfig_, api_.url());
     env_ = {{"NODE_NAME", kNode},
             {"KUBECONFIG", kubeconfig_},
             {"OTEL_EXPORTER_OTLP_ENDPOINT", absl::StrCat("http://127.0.0.1:", otlp_down_port)},

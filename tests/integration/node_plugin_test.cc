@@ -32,6 +32,7 @@
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testing/kubeconfig.h"
 
 namespace dralens {
 namespace {
@@ -116,11 +117,7 @@ class NodePluginTest : public ::testing::Test {
         k8s::kNodes, "", {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
     ASSERT_TRUE(node.ok()) << node.status();
     kubeconfig_ = (root_ / "kubeconfig").string();
-    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
-                                  "clusters:\n- name: t\n  cluster:\n    server: "
-                               << api_.url()
-                               << "\ncontexts:\n- name: t\n  context:\n    cluster: t\n"
-                                  "    user: t\nusers:\n- name: t\n  user: {}\n";
+    testing::WriteKubeconfig(kubeconfig_, api_.url());
   }
 
   void TearDown() override {
