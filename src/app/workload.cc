@@ -66,6 +66,28 @@ std::unique_ptr<grpc::ClientContext> Deadline() {
   return context;
 }
 
+// A request for one claim, as the kubelet sends for a pod.
+template <typename Request>
+Request OneClaim(const std::string& ns, const std::string& name, const std::string& uid) {
+  Request request;
+  auto* c = request.add_claims();
+  c->set_namespace_(ns);
+  c->set_name(name);
+  c->set_uid(uid);
+  return request;
+}
+
+// What went wrong for `uid`: the call, a missing answer, or the claim's own error; "" if nothing.
+template <typename Response>
+std::string ClaimError(const grpc::Status& status, const Response& response,
+                       const std::string& uid) {
+  if (!status.ok()) {
+    return status.error_message();
+  }
+  auto it = response.claims().find(uid);
+  return it == response.claims().end() ? "no answer for the claim" : it->second.error();
+}
+
 bool Blocks(const model::DeviceTaint& taint) {
   return taint.effect == "NoSchedule" || taint.effect == "NoExecute";
 }
@@ -439,15 +461,12 @@ absl::Status Workload::Prepare(Tracked& claim, absl::Time now) {
   // The kubelet prepares a claim for every pod that starts with it; the second pod of a shared
   // claim gets the prepared answer again.
   for (const std::string& pod : claim.pods) {
-    dra::NodePrepareResourcesRequest request;
-    auto* c = request.add_claims();
-    c->set_namespace_(options_.namespace_name);
-    c->set_name(claim.name);
-    c->set_uid(claim.uid);
+    const auto request =
+        OneClaim<dra::NodePrepareResourcesRequest>(options_.namespace_name, claim.name, claim.uid);
     dra::NodePrepareResourcesResponse response;
     grpc::Status s =
         Stub(socket->second)->NodePrepareResources(Deadline().get(), request, &response);
-    std::string error = s.ok() ? response.claims().at(claim.uid).error() : s.error_message();
+    const std::string error = ClaimError(s, response, claim.uid);
     absl::MutexLock lock(&stats_mu_);
     if (!error.empty()) {
       ++stats_.prepare_errors;
@@ -469,18 +488,13 @@ absl::Status Workload::Prepare(Tracked& claim, absl::Time now) {
 absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
   auto socket = options_.plugin_sockets.find(claim.node);
   if (socket != options_.plugin_sockets.end()) {
-    dra::NodeUnprepareResourcesRequest request;
-    auto* c = request.add_claims();
-    c->set_namespace_(options_.namespace_name);
-    c->set_name(claim.name);
-    c->set_uid(claim.uid);
+    const auto request = OneClaim<dra::NodeUnprepareResourcesRequest>(options_.namespace_name,
+                                                                      claim.name, claim.uid);
     dra::NodeUnprepareResourcesResponse response;
     grpc::Status s =
         Stub(socket->second)->NodeUnprepareResources(Deadline().get(), request, &response);
-    if (!s.ok() || !response.claims().at(claim.uid).error().empty()) {
-      return absl::UnavailableError(
-          absl::StrCat("unprepare ", claim.name, ": ",
-                       s.ok() ? response.claims().at(claim.uid).error() : s.error_message()));
+    if (const std::string error = ClaimError(s, response, claim.uid); !error.empty()) {
+      return absl::UnavailableError(absl::StrCat("unprepare ", claim.name, ": ", error));
     }
     absl::MutexLock lock(&stats_mu_);
     ++stats_.unprepared;
