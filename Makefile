@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
 .PHONY: demo test deps configure build format check-format clean crash-loop bench load soak sanitize \
-	tsan fuzz fuzz-smoke chart-files chart-test
+	tsan fuzz fuzz-smoke chart-files chart-test scale
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
 # it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
@@ -95,6 +95,14 @@ SOAK_MINUTES ?= 5
 soak: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target soak_driver
 	./$(BUILD_DIR)/tests/bench/soak_driver --minutes=$(SOAK_MINUTES)
+
+# The cluster role at fleet scale: the real `dralens cluster` against a generated fleet served by
+# an API-server stand-in in its own process; ready time, memory, scrapes and watch events per
+# CPU-second, each figure verified against the truth of CLUSTER-SPEC.md (tests/bench/scale).
+# SCALE_ARGS passes flags through, e.g. make scale SCALE_ARGS="--sizes=1000,5000 --orders=name"
+scale: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target scale_bench
+	./$(BUILD_DIR)/tests/bench/scale/scale_bench $(SCALE_ARGS)
 
 # The node role under 1,000 concurrent prepares and unprepares with 50 scrapers (figures only).
 load: configure
