@@ -40,7 +40,7 @@ int64_t ReadStatusBytes(const std::string& path, const char* field) {
 }  // namespace
 
 Child::Child(std::vector<std::string> argv, std::string log_path) : log_path_(std::move(log_path)) {
-  const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   std::vector<char*> cargv;
   for (std::string& a : argv) {
     cargv.push_back(a.data());

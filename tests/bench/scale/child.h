@@ -17,7 +17,7 @@ namespace dralens::bench::scale {
 
 class Child {
  public:
-  // Starts `argv` with stdout and stderr appended to `log_path`.
+  // Starts `argv` with stdout and stderr written to `log_path` (truncated first).
   Child(std::vector<std::string> argv, std::string log_path);
   ~Child();  // SIGKILL if still running
   Child(const Child&) = delete;

@@ -280,6 +280,10 @@ void LeanApiServer::List(Resource resource, const httplib::Request& req, httplib
   }
   const std::string token = req.get_param_value("continue");
   const std::string rv_text = req.get_param_value("resourceVersion");
+  if (auto delay = options_.list_delays.find(resource);
+      token.empty() && delay != options_.list_delays.end()) {
+    absl::SleepFor(delay->second);
+  }
   const bool gzip = options_.gzip && req.has_header(kGzipMark);
   if (gzip) {
     client_accepts_gzip_.store(true);

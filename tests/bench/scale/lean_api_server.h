@@ -33,6 +33,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -51,10 +52,13 @@ struct LeanServerOptions {
   std::string address = "127.0.0.1";
   int port = 0;
   // Watch events kept per resource; a watch from before them gets 410 Gone.
-  size_t history = 100000;
+  size_t history = 20000;
   absl::Duration bookmark_interval = absl::Seconds(60);
   bool gzip = true;
   int threads = 32;
+  // Holds the first page of each LIST of these resources back this long, to choose which
+  // resource a client finishes listing first.
+  std::map<Resource, absl::Duration> list_delays;
 };
 
 // Monotonic nanoseconds (CLOCK_MONOTONIC), comparable across processes on one machine.

@@ -130,13 +130,17 @@ class Run {
     const std::string port_file = absl::StrCat(o_.work_dir, "/apiserver.port");
     std::remove(port_file.c_str());
     const int64_t t0 = MonotonicNanos();
-    server_ = std::make_unique<Child>(
-        std::vector<std::string>{o_.server_binary, absl::StrCat("--claims=", o_.claims),
-                                 absl::StrCat("--seed=", o_.seed),
-                                 absl::StrCat("--epoch=", absl::ToUnixSeconds(fleet_options.epoch)),
-                                 absl::StrCat("--order=", o_.order),
-                                 absl::StrCat("--port-file=", port_file)},
-        absl::StrCat(o_.work_dir, "/apiserver.log"));
+    std::vector<std::string> argv = {
+        o_.server_binary,
+        absl::StrCat("--claims=", o_.claims),
+        absl::StrCat("--seed=", o_.seed),
+        absl::StrCat("--epoch=", absl::ToUnixSeconds(fleet_options.epoch)),
+        absl::StrCat("--order=", o_.order),
+        absl::StrCat("--port-file=", port_file)};
+    if (!o_.list_delay.empty()) {
+      argv.push_back(absl::StrCat("--list-delay=", o_.list_delay));
+    }
+    server_ = std::make_unique<Child>(argv, absl::StrCat(o_.work_dir, "/apiserver.log"));
     if (!server_->WaitForOutput("scale_apiserver ready", absl::Minutes(15))) {
       Fail(absl::StrCat("scale_apiserver did not start: ", server_->Output()));
       return false;
@@ -244,7 +248,9 @@ class Run {
     if (body != nullptr) {
       *body = std::move(*text);
     }
-    return Verify(*parsed, truth_);
+    VerifyResult v = Verify(*parsed, truth_);
+    last_scrape_ = std::move(*parsed);
+    return v;
   }
 
   bool WaitReady() {
@@ -266,9 +272,12 @@ class Run {
         r_.readyz_from_exec_s = (MonotonicNanos() - exec_ns_) / 1e9;
       }
       const int64_t t0 = MonotonicNanos();
-      last = Check();
+      std::string body;
+      last = Check(&body);
       const int64_t t1 = MonotonicNanos();
       if (last.ok()) {
+        // Kept for reading what else the binary exports (e.g. the per-device families).
+        std::ofstream(absl::StrCat(o_.work_dir, "/metrics-at-ready.txt")) << body;
         r_.ready = true;
         r_.verified = last.Summary();
         r_.ready_from_exec_s = (t1 - exec_ns_) / 1e9;
@@ -291,13 +300,18 @@ class Run {
             r_.ready_from_exec_s, r_.ready_from_first_list_s, r_.ready_from_lists_answered_s,
             r_.readyz_from_exec_s, r_.wrong_scrapes_before_ready, r_.cpu_to_ready_s,
             r_.peak_rss_after_sync / 1e6, r_.rss_after_sync / 1e6, r_.verified));
+        LogDeviceFamilies();
         return true;
       }
       ++r_.wrong_scrapes_before_ready;
       const double took_ms = (t1 - t0) / 1e6;
       absl::SleepFor(absl::Milliseconds(std::clamp(took_ms, 50.0, 1000.0)));
     }
+    if (!readyz) {
+      last = Check();  // not ready: how far did it get?
+    }
     r_.claims_analysed_at_timeout = last_claims_;
+    r_.list_bytes = ServerStats().value("list_bytes", int64_t{0});
     r_.peak_rss_end = dralens_->StatusBytes("VmHWM:");
     Fail(absl::StrFormat(
         "not ready after %.0f s (readyz %s, %.0f claims analysed, peak RSS %.0f "
@@ -306,6 +320,41 @@ class Run {
         r_.peak_rss_end / 1e6, readyz ? "; the last scrape differs from the truth:\n" : "",
         readyz ? last.Diff() : ""));
     return false;
+  }
+
+  // Sums of the per-device families, if the binary exports them, next to the physical truth:
+  // they count published devices (once per matching class), not GPUs.
+  void LogDeviceFamilies() {
+    auto by = [&](const char* family, const char* label) {
+      std::map<std::string, double> sums;
+      auto it = last_scrape_.samples.find(family);
+      if (it != last_scrape_.samples.end()) {
+        for (const Sample& sample : it->second) {
+          auto l = sample.labels.find(label);
+          sums[l == sample.labels.end() ? "" : l->second] += sample.value;
+        }
+      }
+      std::string out;
+      for (const auto& [key, value] : sums) {
+        absl::StrAppend(&out, out.empty() ? "" : " ", key, "=", value);
+      }
+      return out;
+    };
+    auto truth = [](const std::map<std::string, int>& m) {
+      std::string out;
+      for (const auto& [key, value] : m) {
+        absl::StrAppend(&out, out.empty() ? "" : " ", key, "=", value);
+      }
+      return out;
+    };
+    Log(absl::StrCat("physical truth: GPUs ", truth(truth_.gpus_by_state), "; stranded GPUs ",
+                     truth(truth_.stranded_by_kind)));
+    if (last_scrape_.Exports("dralens_cluster_pool_devices")) {
+      Log(absl::StrCat("exported per-device families: dralens_cluster_pool_devices by state ",
+                       by("dralens_cluster_pool_devices", "state"),
+                       "; dralens_cluster_stranded_devices by kind ",
+                       by("dralens_cluster_stranded_devices", "kind")));
+    }
   }
 
   void MeasureScrapes() {
@@ -614,6 +663,7 @@ class Run {
   int metrics_port_ = 0;
   int64_t exec_ns_ = 0;
   double last_claims_ = 0;
+  Scrape last_scrape_;
   double harness_cpu0_ = 0;
 };
 

@@ -31,7 +31,8 @@ struct RunOptions {
   std::string order = "name";
   std::string dralens_binary;
   std::string server_binary;
-  std::string work_dir;  // kubeconfig and logs
+  std::string work_dir;    // kubeconfig and logs
+  std::string list_delay;  // scale_apiserver --list-delay, e.g. "resourceslices:3000"
   absl::Duration ready_timeout = absl::Seconds(300);
   int scrapes = 20;  // per format
   bool events = true;

@@ -5,8 +5,8 @@
 // generates the same fleet for its truth and drives changes through the /bench/ endpoints.
 //
 //   scale_apiserver --claims=N [--seed=1] [--epoch=UNIX_SECONDS] [--order=name|random|
-//     pending-first|reverse] [--port=0] [--port-file=PATH] [--gzip=true] [--history=100000]
-//     [--bookmark-seconds=60] [--precompress-limit=500]
+//     pending-first|reverse] [--port=0] [--port-file=PATH] [--gzip=true] [--history=20000]
+//     [--bookmark-seconds=60] [--precompress-limit=500] [--list-delay=PLURAL:MS,...]
 //
 // Prints one line "scale_apiserver ready port=P ..." on stdout once it serves.
 #include <signal.h>
@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tests/bench/scale/fleet.h"
 #include "tests/bench/scale/lean_api_server.h"
 #include "tests/bench/scale/render.h"
@@ -100,9 +101,27 @@ int main(int argc, char** argv) {
   LeanServerOptions options;
   options.port = static_cast<int>(IntFlag(argc, argv, "port", 0));
   options.gzip = Flag(argc, argv, "gzip", "true") == "true";
-  options.history = static_cast<size_t>(IntFlag(argc, argv, "history", 100000));
+  options.history = static_cast<size_t>(IntFlag(argc, argv, "history", 20000));
   options.bookmark_interval = absl::Seconds(IntFlag(argc, argv, "bookmark-seconds", 60));
   const int64_t precompress = IntFlag(argc, argv, "precompress-limit", 500);
+  for (absl::string_view item :
+       absl::StrSplit(Flag(argc, argv, "list-delay", ""), ',', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(item, ':');
+    int64_t ms = 0;
+    bool known = false;
+    for (Resource r : dralens::bench::scale::kResources) {
+      if (parts.size() == 2 && parts[0] == dralens::bench::scale::InfoOf(r).plural &&
+          absl::SimpleAtoi(parts[1], &ms)) {
+        options.list_delays[r] = absl::Milliseconds(ms);
+        known = true;
+      }
+    }
+    if (!known) {
+      std::fprintf(stderr, "scale_apiserver: --list-delay wants PLURAL:MS, got '%s'\n",
+                   std::string(item).c_str());
+      return 2;
+    }
+  }
   const std::string port_file = Flag(argc, argv, "port-file", "");
 
   // Block the stop signals before any thread starts, so that sigwait below receives them.

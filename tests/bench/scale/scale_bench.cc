@@ -5,7 +5,7 @@
 //   ./build/tests/bench/scale/scale_bench [--sizes=1000,10000,50000,100000]
 //       [--orders=name,pending-first] [--seed=1] [--events=2000] [--mixed-events=10000]
 //       [--batch-cpu=10] [--scrapes=20] [--ready-timeout=300] [--no-events]
-//       [--work-dir=DIR] [--dralens=PATH] [--server=PATH]
+//       [--work-dir=DIR] [--dralens=PATH] [--server=PATH] [--list-delay=PLURAL:MS,...]
 //
 // Orders: name, random, pending-first (pending claims and their pods first), reverse.
 // Exit status 0 when every run was ready and verified, 1 otherwise (a slow run is not a
@@ -76,9 +76,9 @@ const KindFigures* Kind(const RunResult& r, const std::string& kind) {
 
 void PrintTables(const std::vector<RunResult>& results) {
   std::printf(
-      "\n| claims | order | LISTs | ready (exec / first LIST / LISTs answered) | peak RSS | RSS "
-      "after sync | scrape p50 / p99 (text) | body text / OpenMetrics | series | mixed events "
-      "per CPU-s | verified |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "\n| claims | order | LISTs | ready (exec / first LIST / LISTs answered) | CPU to ready | "
+      "peak RSS | RSS after sync | scrape p50 / p99 (text) | body text / OpenMetrics | series | "
+      "mixed events per CPU-s | verified |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const RunResult& r : results) {
     const KindFigures* mixed = Kind(r, "mixed");
     std::string events = "–";
@@ -95,9 +95,11 @@ void PrintTables(const std::vector<RunResult>& results) {
     if (!r.ready && r.failure.find("not ready") != std::string::npos) {
       verified = absl::StrFormat("not ready (%.0f claims analysed)", r.claims_analysed_at_timeout);
     }
-    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %lld | %s | %s |\n", r.claims,
+    std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %lld | %s | %s |\n", r.claims,
                 r.order.c_str(), r.list_bytes > 0 ? Mb(r.list_bytes).c_str() : "–",
-                Ready(r).c_str(), Mb(r.ready ? r.peak_rss_after_sync : r.peak_rss_end).c_str(),
+                Ready(r).c_str(),
+                r.ready ? absl::StrFormat("%.1f s", r.cpu_to_ready_s).c_str() : "–",
+                Mb(r.ready ? r.peak_rss_after_sync : r.peak_rss_end).c_str(),
                 r.ready ? Mb(r.rss_after_sync).c_str() : "–", scrape.c_str(), body.c_str(),
                 static_cast<long long>(r.series), events.c_str(), verified.c_str());
   }
@@ -146,7 +148,8 @@ int main(int argc, char** argv) {
         "usage: scale_bench [--sizes=1000,10000,50000,100000] [--orders=name,pending-first]\n"
         "  [--seed=1] [--events=2000] [--mixed-events=10000] [--batch-cpu=10] [--scrapes=20]\n"
         "  [--ready-timeout=300] [--no-events] [--work-dir=DIR] [--dralens=PATH] "
-        "[--server=PATH]\n");
+        "[--server=PATH]\n  [--list-delay=PLURAL:MS,...]  hold back the first page of those "
+        "LISTs\n");
     return 0;
   }
   std::vector<int> sizes;
@@ -190,7 +193,7 @@ int main(int argc, char** argv) {
       o.seed = static_cast<uint64_t>(Number(argc, argv, "seed", 1));
       o.dralens_binary = Flag(argc, argv, "dralens", DRALENS_BINARY);
       o.server_binary = Flag(argc, argv, "server", SCALE_APISERVER_BINARY);
-      o.work_dir = absl::StrCat(work_dir, "/", claims, "-", order);
+      o.work_dir = absl::StrCat(work_dir, "/", results.size() + 1, "-", claims, "-", order);
       mkdir(o.work_dir.c_str(), 0755);
       o.ready_timeout = absl::Seconds(Number(argc, argv, "ready-timeout", 300));
       o.scrapes = static_cast<int>(Number(argc, argv, "scrapes", 20));
@@ -198,6 +201,7 @@ int main(int argc, char** argv) {
       o.events_per_kind = static_cast<int>(Number(argc, argv, "events", 2000));
       o.mixed_events = static_cast<int>(Number(argc, argv, "mixed-events", 10000));
       o.batch_cpu_budget_s = Number(argc, argv, "batch-cpu", 10);
+      o.list_delay = Flag(argc, argv, "list-delay", "");
       RunResult r = dralens::bench::scale::RunOne(o);
       all_ok = all_ok && r.ok;
       results.push_back(r);
