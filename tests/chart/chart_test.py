@@ -5,7 +5,7 @@ comes out: well-formed objects, least-privilege RBAC, node flags and mounts agai
 contract in the README, monitoring objects equal to the files they are built from, and that every
 values.yaml key is documented, used by a template and validated by values.schema.json.
 
-Usage: chart_test.py [--build-dir DIR] [--shared-dir DIR] [unittest args]
+Usage: chart_test.py [--build-dir DIR] [unittest args]
 The renderer is built into --build-dir (default: a temporary directory) with the Debian Go
 packages in GOPATH mode; nothing is fetched.
 """
@@ -30,7 +30,7 @@ HERE = ROOT / "tests" / "chart"
 sys.path.insert(0, str(ROOT / "charts"))
 import chart_files  # noqa: E402
 
-ARGS = argparse.Namespace(build_dir=None, shared_dir=None)
+ARGS = argparse.Namespace(build_dir=None)
 RENDER = None
 NAMESPACE = "dralens-system"
 
@@ -520,7 +520,6 @@ class ChartTest(unittest.TestCase):
                         self.assertEqual(ref, {"name": values["headersSecret"]["name"], "key": values["headersSecret"]["key"]})
 
     def test_deviceclasses_validate_against_the_openapi_document(self):
-        shared = ARGS.shared_dir or os.environ.get("DRALENS_SHARED_DIR") or str(ROOT.parent / "shared")
         for name, files in variants():
             with self.subTest(variant=name):
                 values = load_values(files)
@@ -535,8 +534,8 @@ class ChartTest(unittest.TestCase):
                         json.dump(dc, f)
                         f.flush()
                         res = subprocess.run(
-                            ["/usr/bin/python3", str(ROOT / "tests/schema/validate_openapi.py"), "--shared-dir",
-                             shared, "io.k8s.api.resource.v1.DeviceClass", f.name], capture_output=True, text=True)
+                            ["/usr/bin/python3", str(ROOT / "tests/schema/validate_openapi.py"),
+                             "io.k8s.api.resource.v1.DeviceClass", f.name], capture_output=True, text=True)
                         self.assertEqual(res.returncode, 0, res.stderr)
 
     def test_monitoring_objects_hold_their_files_byte_for_byte(self):
@@ -707,10 +706,9 @@ def main():
     global RENDER
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--build-dir")
-    parser.add_argument("--shared-dir")
     parser.add_argument("--print-values-table", action="store_true")
     args, rest = parser.parse_known_args()
-    ARGS.build_dir, ARGS.shared_dir = args.build_dir, args.shared_dir
+    ARGS.build_dir = args.build_dir
     if args.print_values_table:
         sys.stdout.write(values_table((CHART / "values.yaml").read_text()))
         return 0
