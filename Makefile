@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
 .PHONY: demo test deps configure build format check-format clean crash-loop bench load soak sanitize \
-	tsan fuzz fuzz-smoke chart-files chart-test
+	tsan fuzz fuzz-smoke generate chart-files chart-test
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
 # it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
@@ -101,13 +101,22 @@ load: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target load_driver
 	./$(BUILD_DIR)/tests/bench/load_driver $(LOAD_ARGS)
 
-# Copies alerts/*.yaml rule files and grafana/*.json dashboards into charts/dralens/files/ (Helm
-# reads nothing outside the chart); the chart_files test fails when the copies drift.
+# Rewrites every generated file from its source: the rules, the chart's rule file, alert values
+# and schema from alerts/config.yaml; the chart's dashboard copies; the chart README's values
+# table. Tests fail when a committed file differs from what this makes.
+generate:
+	/usr/bin/python3 alerts/generate.py
+	$(MAKE) chart-files
+	/usr/bin/python3 tests/chart/chart_test.py --write-values-table
+
+# Copies grafana/*.json dashboards into charts/dralens/files/ (Helm reads nothing outside the
+# chart); the chart_files test fails when the copies drift.
 chart-files:
 	/usr/bin/python3 charts/chart_files.py
 
 # Renders the Helm chart for every values variant and checks it; needs only golang-go and
 # golang-github-masterminds-sprig-dev, not the C++ build.
 chart-test:
+	/usr/bin/python3 alerts/generate.py --check
 	/usr/bin/python3 charts/chart_files.py --check
 	/usr/bin/python3 tests/chart/chart_test.py --build-dir $(BUILD_DIR)

@@ -6,6 +6,7 @@ contract in the README, monitoring objects equal to the files they are built fro
 values.yaml key is documented, used by a template and validated by values.schema.json.
 
 Usage: chart_test.py [--build-dir DIR] [unittest args]
+       chart_test.py --print-values-table | --write-values-table
 The renderer is built into --build-dir (default: a temporary directory) with the Debian Go
 packages in GOPATH mode; nothing is fetched.
 """
@@ -28,7 +29,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dralens"
 HERE = ROOT / "tests" / "chart"
 sys.path.insert(0, str(ROOT / "charts"))
+sys.path.insert(0, str(ROOT / "alerts"))
 import chart_files  # noqa: E402
+import generate as alerts_generate  # noqa: E402
 
 ARGS = argparse.Namespace(build_dir=None)
 RENDER = None
@@ -129,6 +132,16 @@ def load_values(files=()):
 
 def schema():
     return json.loads((CHART / "values.schema.json").read_text())
+
+
+def alert_overrides(alert_values):
+    """The chart's alerts.* values as alerts/generate.py overrides."""
+    out = {"runbookBaseUrl": alert_values["runbookBaseUrl"]}
+    for name, settings in alert_values.items():
+        if isinstance(settings, dict):
+            for key, value in settings.items():
+                out.setdefault(key, {})[name] = value
+    return out
 
 
 def by_kind(docs, kind):
@@ -552,7 +565,8 @@ class ChartTest(unittest.TestCase):
         boards = sorted((chart / "files/dashboards").glob("*.json")) if (chart / "files/dashboards").is_dir() else []
         for name, files in variants():
             with self.subTest(chart=str(chart), variant=name):
-                values = load_values(files)["monitoring"]
+                all_values = load_values(files)
+                values = all_values["monitoring"]
                 text, docs = render(files, chart)
                 prs = by_kind(docs, "PrometheusRule")
                 cms = by_kind(docs, "ConfigMap")
@@ -561,12 +575,18 @@ class ChartTest(unittest.TestCase):
                 for src in rules if prs else []:
                     suffix = "-" + src.stem.lower().replace("_", "-")
                     pr = one(prs, "PrometheusRule", suffix)
-                    raw = src.read_text()
-                    self.assertEqual(pr["spec"], yaml.safe_load(raw), src.name)
-                    # Helm's nindent pads every line, blank ones included.
-                    indented = "".join("  " + line
-                                       for line in raw.rstrip("\n").splitlines(True))
-                    self.assertIn("spec:\n" + indented + "\n", text, f"{src.name} is not in the rule verbatim")
+                    if chart == CHART:
+                        # The chart applies alerts.* to its copy of every alert; the generator
+                        # builds the same rules from alerts/config.yaml on its own.
+                        expected = alerts_generate.rules(
+                            alerts_generate.load(), alert_overrides(all_values["alerts"]))
+                        self.assertEqual(pr["spec"], expected, f"{src.name} with the alerts.* values")
+                        if name == "default":
+                            self.assertEqual(pr["spec"], yaml.safe_load((ROOT / "alerts/dralens.rules.yaml").read_text()),
+                                             "the default PrometheusRule is not alerts/dralens.rules.yaml")
+                    else:
+                        # Alerts that no alerts.* value names pass through unchanged.
+                        self.assertEqual(pr["spec"], yaml.safe_load(src.read_text()), src.name)
                     for k, v in values["prometheusRule"]["additionalLabels"].items():
                         self.assertEqual(pr["metadata"]["labels"][k], v)
                 by_file = {next(iter(cm["data"])): cm for cm in cms}
@@ -591,15 +611,12 @@ class ChartTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             root = pathlib.Path(tmp)
             (root / "grafana").mkdir()
-            (root / "alerts").mkdir()
             (root / "grafana/a.json").write_text('{"title": "a"}\n')
-            (root / "alerts/rules.yaml").write_text("groups: []\n")
-            (root / "alerts/rules_test.yaml").write_text("rule_files: [rules.yaml]\ntests: []\n")
+            (root / "grafana/b.json").write_text('{"title": "b"}\n')
             files = root / "charts/dralens/files"
             self.assertEqual(len(chart_files.check(root, files)), 2)  # both copies missing
             chart_files.copy(root, files)
             self.assertEqual(chart_files.check(root, files), [])
-            self.assertFalse((files / "alerts/rules_test.yaml").exists(), "promtool tests are not rules")
             (files / "dashboards/a.json").write_text('{"title": "b"}\n')
             self.assertIn("differs", " ".join(chart_files.check(root, files)))
             chart_files.copy(root, files)
@@ -607,7 +624,7 @@ class ChartTest(unittest.TestCase):
             self.assertIn("stale", " ".join(chart_files.check(root, files)))
             chart_files.copy(root, files)
             self.assertFalse((files / "dashboards/old.json").exists())
-        self.assertEqual(chart_files.check(), [], "the chart's copies differ from alerts/ and grafana/: run make chart-files")
+        self.assertEqual(chart_files.check(), [], "the chart's copies differ from grafana/: run make generate")
 
     def test_every_key_is_documented_used_and_validated(self):
         text = (CHART / "values.yaml").read_text()
@@ -707,10 +724,23 @@ def main():
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--build-dir")
     parser.add_argument("--print-values-table", action="store_true")
+    parser.add_argument("--write-values-table", action="store_true",
+                        help="refresh the table in charts/dralens/README.md (make generate)")
     args, rest = parser.parse_known_args()
     ARGS.build_dir = args.build_dir
     if args.print_values_table:
         sys.stdout.write(values_table((CHART / "values.yaml").read_text()))
+        return 0
+    if args.write_values_table:
+        readme = CHART / "README.md"
+        text = readme.read_text()
+        table = values_table((CHART / "values.yaml").read_text())
+        new, n = re.subn(r"(<!-- values:begin -->\n).*?(<!-- values:end -->)",
+                         lambda m: m.group(1) + table + m.group(2), text, flags=re.S)
+        if n != 1:
+            print(f"{readme}: no values:begin/values:end markers", file=sys.stderr)
+            return 1
+        readme.write_text(new)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         RENDER = build_renderer(args.build_dir or tmp)
