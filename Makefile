@@ -102,10 +102,12 @@ load: configure
 	./$(BUILD_DIR)/tests/bench/load_driver $(LOAD_ARGS)
 
 # Rewrites every generated file from its source: the rules, the chart's rule file, alert values
-# and schema from alerts/config.yaml; the chart's dashboard copies; the chart README's values
-# table. Tests fail when a committed file differs from what this makes.
+# and schema from alerts/config.yaml; the dashboards from grafana/src/; the chart's dashboard
+# copies; the chart README's values table. Tests fail when a committed file differs from what
+# this makes.
 generate:
 	/usr/bin/python3 alerts/generate.py
+	/usr/bin/python3 grafana/generate.py
 	$(MAKE) chart-files
 	/usr/bin/python3 tests/chart/chart_test.py --write-values-table
 
@@ -118,5 +120,6 @@ chart-files:
 # golang-github-masterminds-sprig-dev, not the C++ build.
 chart-test:
 	/usr/bin/python3 alerts/generate.py --check
+	/usr/bin/python3 grafana/generate.py --check
 	/usr/bin/python3 charts/chart_files.py --check
 	/usr/bin/python3 tests/chart/chart_test.py --build-dir $(BUILD_DIR)

@@ -404,7 +404,10 @@ def main():
         return 2
     drift = []
     for path, text in want.items():
-        have = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        have = None
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                have = f.read()
         if have == text:
             continue
         if args.check:

@@ -16,6 +16,11 @@ sys.path.insert(0, os.path.join(ROOT, "alerts"))
 import generate  # noqa: E402
 
 
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def base_config():
     return generate.load()
 
@@ -124,7 +129,7 @@ class DriftTest(unittest.TestCase):
                 for n in names:
                     with self.subTest(file=n):
                         path = getattr(generate, n)
-                        good = open(path).read()
+                        good = read(path)
                         old, new = edits[n]
                         self.assertIn(old, good)
                         with open(path, "w") as f:
@@ -132,7 +137,7 @@ class DriftTest(unittest.TestCase):
                         self.assertEqual(generate.main(), 1)
                         sys.argv = ["generate.py"]
                         self.assertEqual(generate.main(), 0)
-                        self.assertEqual(open(path).read(), good, "generate.py restores the file")
+                        self.assertEqual(read(path), good, "generate.py restores the file")
                         sys.argv = ["generate.py", "--check"]
             finally:
                 for n, v in saved.items():
