@@ -7,13 +7,14 @@
   Meaning, First checks and Fix;
 - every alert has a `for:` and at most one threshold line (marked "# threshold");
 - recording rules are named level:metric:operations;
-- every metric an expression names is in the catalogue (README.md's generated table), a
-  recording rule defined here, or `up`; label names and values are ones the catalogue names;
+- every metric an expression names is in the catalogue (the generated table of
+  docs/metrics.md), a recording rule defined here, or `up`; label names and values are ones the
+  catalogue names;
 - the promtool tests (alerts/tests/*.yaml) have, for every alert, a case where it fires and a
   case where it does not.
 
 Usage: check_alerts.py [--rules FILE] [--tests DIR] [--runbook FILE] [--runbook-base URL]
-                       [--readme FILE] [--expect-violations CHECK,...]
+                       [--catalogue FILE] [--expect-violations CHECK,...]
 With --expect-violations it succeeds only when exactly the named checks fail (for the broken
 fixture that proves the checks can fail).
 """
@@ -60,13 +61,13 @@ def default_runbook_base():
         return yaml.safe_load(f)["runbookBaseUrl"]
 
 
-def check(rules_path, tests_dir, runbook_path, readme_path, runbook_base):
+def check(rules_path, tests_dir, runbook_path, catalogue_path, runbook_base):
     problems = []  # (check, message)
 
     def fail(check_name, message):
         problems.append((check_name, message))
 
-    catalogue = promql.load_catalogue(readme_path)
+    catalogue = promql.load_catalogue(catalogue_path)
     doc = yaml.safe_load(open(rules_path, encoding="utf-8"))
     rules = [r for g in doc.get("groups", []) for r in g.get("rules", [])]
     records = {r["record"] for r in rules if "record" in r}
@@ -156,12 +157,13 @@ def main():
     ap.add_argument("--runbook", default=os.path.join(ROOT, "alerts", "runbook.md"))
     ap.add_argument("--runbook-base", default=None,
                     help="base of every runbook_url (default: alerts/config.yaml's)")
-    ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    ap.add_argument("--catalogue", default=os.path.join(ROOT, "docs", "metrics.md"),
+                    help="the generated metric table (docs/metrics.md)")
     ap.add_argument("--expect-violations", default=None,
                     help="comma-separated checks that must fail, and no others")
     args = ap.parse_args()
 
-    problems, n_alerts, n_records = check(args.rules, args.tests, args.runbook, args.readme,
+    problems, n_alerts, n_records = check(args.rules, args.tests, args.runbook, args.catalogue,
                                           args.runbook_base or default_runbook_base())
     for check_name, message in problems:
         print(f"{check_name}: {message}")
