@@ -11,6 +11,7 @@ rules_text() writes that document as YAML.
 """
 
 import argparse
+import decimal
 import json
 import os
 import re
@@ -51,10 +52,25 @@ def is_number(v):
 
 
 def format_number(v):
-    """A threshold as PromQL and Helm's %v print it: 900, 0.5, 1e-06."""
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e21):
-        return str(int(v))
-    return repr(v)
+    """A threshold as the chart prints it: Go's %v of a float64 (Helm reads every number in
+    values as float64), the shortest digits that read back exactly, with an exponent below 1e-4
+    and from 1e6 on: 900, 0.5, 1e-06, 1e+06, 1.5e+07. PromQL reads all of these."""
+    f = float(v)
+    if f == 0:
+        return "0"
+    sign, digits, exp = decimal.Decimal(repr(f)).normalize().as_tuple()
+    digits = "".join(map(str, digits))
+    point = len(digits) + exp  # digits before the decimal point
+    minus = "-" if sign else ""
+    if point - 1 < -4 or point - 1 >= 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        e = point - 1
+        return f"{minus}{mantissa}e{'-' if e < 0 else '+'}{abs(e):02d}"
+    if point <= 0:
+        return f"{minus}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return minus + digits + "0" * (point - len(digits))
+    return f"{minus}{digits[:point]}.{digits[point:]}"
 
 
 def check(config):
@@ -315,7 +331,7 @@ def values_block(config):
         out.append(f"    severity: {scalar(a['severity'])}\n")
         if "threshold" in a:
             out.append(doc_comment(4, f"{name} threshold: {a['thresholdDoc']}."))
-            out.append(f"    threshold: {format_number(a['threshold'])}\n")
+            out.append(f"    threshold: {json.dumps(a['threshold'])}\n")
     out.append(VALUES_END + "\n")
     return "".join(out)
 

@@ -94,7 +94,11 @@ class RenderTest(unittest.TestCase):
         self.assertIn("(disabled)", generate.table(config))
 
     def test_thresholds_print_as_promql_and_helm_do(self):
-        for value, text in ((900, "900"), (0.5, "0.5"), (1e-06, "1e-06"), (2.0, "2")):
+        # What Go's %v prints for these float64 values (Helm's printf in the chart).
+        for value, text in ((900, "900"), (0.5, "0.5"), (1e-06, "1e-06"), (2.0, "2"),
+                            (1e6, "1e+06"), (123456789, "1.23456789e+08"), (100000, "100000"),
+                            (0.05, "0.05"), (0.0001, "0.0001"), (0.00001234, "1.234e-05"),
+                            (-2.5, "-2.5"), (1800, "1800"), (0, "0")):
             self.assertEqual(generate.format_number(value), text)
 
     def test_runbook_urls_are_absolute(self):
