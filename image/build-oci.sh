@@ -15,7 +15,10 @@
 #   DEBIAN_MIRROR           (default http://deb.debian.org/debian)
 #   DEBIAN_SECURITY_MIRROR  (default http://deb.debian.org/debian-security)
 #   SOURCE_DATE_EPOCH       timestamps of every file and of the image (default: the commit time
-#                           of HEAD): the same commit and mirror content give the same image
+#                           of HEAD for the binary's layer and the config, and of the last
+#                           change under image/ for the Debian layer, which is then reused
+#                           across commits): the same commit and mirror content give the same
+#                           image
 # Needs root (mmdebstrap's root mode) and the packages of `.ci/install-deps image`.
 set -euo pipefail
 
@@ -45,34 +48,38 @@ done
 version="$("$binary" --version | awk '{print $2}')"
 [ -n "$version" ] || die "$binary --version printed no version"
 revision="$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)"
-if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+  base_epoch="$SOURCE_DATE_EPOCH"
+else
   SOURCE_DATE_EPOCH="$(git -C "$src" log -1 --format=%ct 2>/dev/null || date +%s)"
+  base_epoch="$(git -C "$src" log -1 --format=%ct -- image 2>/dev/null)"
+  base_epoch="${base_epoch:-$SOURCE_DATE_EPOCH}"
 fi
 export SOURCE_DATE_EPOCH
 created="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
 ref="$repository:$version"
 mkdir -p "$work"
 
-# A deterministic layer: sorted names, numeric owners, clamped times, no ./ prefix.
-pack_layer() {  # DIR TAR
+# A deterministic layer: sorted names, numeric owners, times clamped to EPOCH, no ./ prefix.
+pack_layer() {  # DIR TAR EPOCH
   (cd "$1" && find . -mindepth 1 -printf '%P\n' | LC_ALL=C sort |
-    tar --no-recursion --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" --clamp-mtime \
+    tar --no-recursion --numeric-owner --mtime="@$3" --clamp-mtime \
       --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
       --format=posix -cf "$2" -T -)
 }
 
 # Layer 1: the Debian root filesystem, rebuilt only when the package list, the filters, this
-# script, the mirrors or the timestamp change.
+# script, the mirrors or its timestamp change.
 packages="$(grep -v '^\s*#' "$here/runtime-packages" | grep -v '^\s*$' | paste -sd, -)"
 key="$(cat "$here/runtime-packages" "$here/dpkg-excludes" "$0" |
-  sha256sum | cut -d' ' -f1)-$(echo "$mirror $security_mirror $SOURCE_DATE_EPOCH" | sha256sum | cut -c1-16)"
+  sha256sum | cut -d' ' -f1)-$(echo "$mirror $security_mirror $base_epoch" | sha256sum | cut -c1-16)"
 base="$work/base.tar"
 if [ "$(cat "$work/base.key" 2>/dev/null)" != "$key" ] || [ ! -s "$base" ]; then
   rm -rf "$work/rootfs" "$base" "$work/base.key"
   echo "build-oci: building the Debian root filesystem with mmdebstrap (bookworm minbase)" >&2
   # The hook dir gives the merged /usr of debootstrap and of the Debian images; without it apt
   # picks usrmerge, which pulls in perl.
-  mmdebstrap --variant=minbase --mode=root --format=directory \
+  SOURCE_DATE_EPOCH="$base_epoch" mmdebstrap --variant=minbase --mode=root --format=directory \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --dpkgopt="$here/dpkg-excludes" \
     --include="$packages" \
@@ -97,7 +104,7 @@ if [ "$(cat "$work/base.key" 2>/dev/null)" != "$key" ] || [ ! -s "$base" ]; then
   find "$work/rootfs/usr/share/doc" -mindepth 1 -type d -empty -delete
   # The container runtime provides /dev; the layer carries the empty directory only.
   find "$work/rootfs/dev" -mindepth 1 -delete
-  pack_layer "$work/rootfs" "$base"
+  pack_layer "$work/rootfs" "$base" "$base_epoch"
   rm -rf "$work/rootfs"
   echo "$key" >"$work/base.key"
 fi
@@ -106,7 +113,7 @@ fi
 rm -rf "$work/app" && mkdir -p "$work/app/usr/bin"
 strip --strip-unneeded -o "$work/app/usr/bin/dralens" "$binary"
 chmod 0755 "$work/app/usr/bin/dralens"
-pack_layer "$work/app" "$work/app.tar"
+pack_layer "$work/app" "$work/app.tar" "$SOURCE_DATE_EPOCH"
 
 # The OCI image.
 layout="$work/oci"
@@ -130,6 +137,6 @@ umoci gc --layout "$layout"
 
 # The archive: the layout directory as one tar, the format of skopeo's oci-archive transport.
 mkdir -p "$(dirname "$archive")"
-pack_layer "$layout" "$archive.tmp"
+pack_layer "$layout" "$archive.tmp" "$SOURCE_DATE_EPOCH"
 mv "$archive.tmp" "$archive"
 echo "build-oci: $archive ($ref, $(du -m "$archive" | cut -f1) MiB)" >&2
