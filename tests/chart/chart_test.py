@@ -696,6 +696,43 @@ class ChartTest(unittest.TestCase):
         self.assertIsNotNone(m, "charts/dralens/README.md has no values markers")
         self.assertEqual(m.group(1), table, "the values table drifted; paste:\n" + table)
 
+    def test_default_image_is_the_image_make_image_builds(self):
+        """Both roles run the image `make image` and the Dockerfile build: the Makefile's
+        repository, tagged with appVersion, which is the version the binary reports (the CMake
+        project version) and the image's version label; the command resolves on the image's
+        PATH to its entrypoint."""
+        app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+        cmake = re.search(r"^project\(dralens VERSION (\S+)",
+                          (ROOT / "CMakeLists.txt").read_text(), re.M).group(1)
+        self.assertEqual(app_version, cmake, "Chart.yaml appVersion != CMake project version")
+        docker_label = re.search(r'org\.opencontainers\.image\.version="([^"]+)"',
+                                 (ROOT / "Dockerfile").read_text()).group(1)
+        self.assertEqual(docker_label, app_version, "the Dockerfile's version label")
+        repository = re.search(r"^IMAGE_REPOSITORY \?= (\S+)$",
+                               (ROOT / "Makefile").read_text(), re.M).group(1)
+        self.assertIn("ENTRYPOINT [\"/usr/bin/dralens\"]", (ROOT / "Dockerfile").read_text())
+        for name, files in variants():
+            if any("image" in (yaml.safe_load(pathlib.Path(f).read_text()) or {}) for f in files):
+                continue  # a variant that picks its own image
+            with self.subTest(variant=name):
+                _, docs = render(files)
+                workloads = by_kind(docs, "DaemonSet") + by_kind(docs, "Deployment")
+                self.assertEqual(len(workloads), 2)
+                for w in workloads:
+                    c = w["spec"]["template"]["spec"]["containers"][0]
+                    self.assertEqual(c["image"], f"{repository}:{app_version}", w["kind"])
+                    self.assertIn(c["command"], (["dralens"], ["/usr/bin/dralens"]), w["kind"])
+        _, docs = render([self.write({"image": {"tag": "0.2.0-rc.1"}})])
+        for w in by_kind(docs, "DaemonSet") + by_kind(docs, "Deployment"):
+            self.assertEqual(w["spec"]["template"]["spec"]["containers"][0]["image"],
+                             f"{repository}:0.2.0-rc.1")
+        digest = "sha256:" + "ab" * 32
+        _, docs = render([self.write({"image": {"repository": "registry.example/dralens",
+                                                "tag": "ignored", "digest": digest}})])
+        for w in by_kind(docs, "DaemonSet") + by_kind(docs, "Deployment"):
+            self.assertEqual(w["spec"]["template"]["spec"]["containers"][0]["image"],
+                             f"registry.example/dralens@{digest}")
+
     def test_renderer_follows_helm_semantics(self):
         """The renderer's built-ins on a chart made to exercise them, against output worked out
         from Helm's rules: toYaml drops the trailing newline and sorts keys, numbers from
