@@ -134,9 +134,10 @@ TEST(TruthTest, UnavailableWinsAndNoneTaintsDoNotCount) {
 class SchemaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    openapi_ = absl::StrCat(DRALENS_SHARED_DIR, "/schemas/k8s-resource.k8s.io-v1-openapi.json");
-    if (::access(openapi_.c_str(), R_OK) != 0 || ::access("/usr/bin/python3", X_OK) != 0) {
-      GTEST_SKIP() << "no OpenAPI document or python3";
+    openapi_ = absl::StrCat(DRALENS_SCHEMA_DIR, "/k8s-resource.k8s.io-v1-openapi.json");
+    ASSERT_EQ(::access(openapi_.c_str(), R_OK), 0) << "no OpenAPI document at " << openapi_;
+    if (::access("/usr/bin/python3", X_OK) != 0) {
+      GTEST_SKIP() << "no /usr/bin/python3";
     }
   }
   // Exit status and output of tests/schema/validate_openapi.py on `object`.
