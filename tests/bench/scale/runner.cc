@@ -24,6 +24,7 @@
 #include "tests/bench/scale/events.h"
 #include "tests/bench/scale/fleet.h"
 #include "tests/bench/scale/lean_api_server.h"
+#include "tests/bench/scale/run.h"
 #include "tests/bench/scale/truth.h"
 #include "tests/bench/scale/verify.h"
 #include "tests/testing/kubeconfig.h"
@@ -35,10 +36,6 @@ using nlohmann::json;
 
 constexpr char kTextAccept[] = "text/plain;version=0.0.4";
 constexpr char kOpenMetricsAccept[] = "application/openmetrics-text;version=1.0.0";
-constexpr int kStageChunk = 2000;
-// Quiet means less than this much CPU over the window below.
-constexpr int64_t kIdleCpuNanos = 1000000;
-constexpr absl::Duration kIdleWindow = absl::Milliseconds(50);
 
 double SelfCpuSeconds() {
   rusage usage{};
@@ -70,605 +67,350 @@ Percentiles PercentilesOf(std::vector<double> ms) {
   return p;
 }
 
-class Run {
- public:
-  explicit Run(const RunOptions& options) : o_(options) {
-    r_.claims = o_.claims;
-    r_.order = o_.order;
-  }
-
-  RunResult Go() {
-    Execute();
-    Finish();
-    return r_;
-  }
-
- private:
-  void Log(const std::string& line) {
-    if (o_.verbose) {
-      std::printf("[%d %s] %s\n", o_.claims, o_.order.c_str(), line.c_str());
-      std::fflush(stdout);
-    }
-  }
-
-  void Fail(const std::string& why) {
-    if (r_.failure.empty()) {
-      r_.failure = why;
-    }
-    r_.ok = false;
-    Log(absl::StrCat("FAILED: ", why));
-  }
-
-  void Execute() {
-    r_.load_average = LoadAverage();
-    harness_cpu0_ = SelfCpuSeconds();
-    FleetOptions fleet_options;
-    fleet_options.claims = o_.claims;
-    fleet_options.seed = o_.seed;
-    fleet_options.epoch = absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()));
-    fleet_ = Generate(fleet_options);
-    if (!StartServer(fleet_options)) {
-      return;
-    }
-    if (!StartDralens()) {
-      return;
-    }
-    if (!WaitReady()) {
-      return;
-    }
-    r_.ok = true;
-    MeasureScrapes();
-    if (o_.measure_idle) {
-      MeasureIdle();
-    }
-    if (o_.events) {
-      DriveEvents();
-    }
-  }
-
-  bool StartServer(const FleetOptions& fleet_options) {
-    const std::string port_file = absl::StrCat(o_.work_dir, "/apiserver.port");
-    std::remove(port_file.c_str());
-    const int64_t t0 = MonotonicNanos();
-    std::vector<std::string> argv = {
-        o_.server_binary,
-        absl::StrCat("--claims=", o_.claims),
-        absl::StrCat("--seed=", o_.seed),
-        absl::StrCat("--epoch=", absl::ToUnixSeconds(fleet_options.epoch)),
-        absl::StrCat("--order=", o_.order),
-        absl::StrCat("--port-file=", port_file)};
-    if (!o_.list_delay.empty()) {
-      argv.push_back(absl::StrCat("--list-delay=", o_.list_delay));
-    }
-    server_ = std::make_unique<Child>(argv, absl::StrCat(o_.work_dir, "/apiserver.log"));
-    if (!server_->WaitForOutput("scale_apiserver ready", absl::Minutes(15))) {
-      Fail(absl::StrCat("scale_apiserver did not start: ", server_->Output()));
-      return false;
-    }
-    std::smatch m;
-    const std::string out = server_->Output();
-    if (!std::regex_search(out, m, std::regex("ready port=(\\d+)"))) {
-      Fail("scale_apiserver printed no port");
-      return false;
-    }
-    server_port_ = std::stoi(m[1]);
-    r_.server_setup_s = (MonotonicNanos() - t0) / 1e9;
-    control_ = std::make_unique<httplib::Client>("127.0.0.1", server_port_);
-    control_->set_read_timeout(std::chrono::seconds(120));
-    control_->set_keep_alive(true);
-    Log(absl::StrFormat("api server up in %.1f s (%zu nodes, %zu GPUs, %zu claims, %zu pods)",
-                        r_.server_setup_s, fleet_.nodes.size(), fleet_.gpus.size(),
-                        fleet_.claims.size(), fleet_.pods.size()));
-    return true;
-  }
-
-  bool StartDralens() {
-    const std::string kubeconfig = absl::StrCat(o_.work_dir, "/kubeconfig");
-    testing::WriteKubeconfig(kubeconfig, absl::StrCat("http://127.0.0.1:", server_port_));
-    truth_ = ComputeTruth(fleet_);
-    Corrupt(truth_);
-    exec_ns_ = MonotonicNanos();
-    dralens_ = std::make_unique<Child>(
-        std::vector<std::string>{o_.dralens_binary, "cluster", "--kubeconfig=" + kubeconfig,
-                                 "--metrics-address=127.0.0.1:0"},
-        absl::StrCat(o_.work_dir, "/dralens.log"));
-    // The metrics port is picked by the kernel; read it from /proc (cheaper than the log).
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < deadline && metrics_port_ == 0 && dralens_->Running()) {
-      metrics_port_ = dralens_->ListeningPort();
-      if (metrics_port_ == 0) {
-        absl::SleepFor(absl::Milliseconds(5));
-      }
-    }
-    if (metrics_port_ == 0) {
-      Fail(absl::StrCat("dralens cluster opened no metrics port: ", dralens_->Output()));
-      return false;
-    }
-    metrics_ = std::make_unique<httplib::Client>("127.0.0.1", metrics_port_);
-    metrics_->set_read_timeout(std::chrono::seconds(300));
-    metrics_->set_keep_alive(true);
-    return true;
-  }
-
-  void Corrupt(Truth& truth) const {
-    if (!o_.corrupt_truth) {
-      return;
-    }
-    for (FamilyTruth& family : truth.families) {
-      if (family.mode == FamilyTruth::Mode::kSum && !family.values.empty()) {
-        family.values.begin()->second += 1;
-        return;
-      }
-    }
-  }
-
-  json ServerStats() {
-    httplib::Result res = control_->Get("/bench/stats");
-    if (!res || res->status != 200) {
-      return json::object();
-    }
-    return json::parse(res->body, nullptr, false);
-  }
-
-  // A scrape in the given format; its wall time in milliseconds.
-  std::optional<std::string> Fetch(const char* accept, double* ms) {
-    const int64_t t0 = MonotonicNanos();
-    httplib::Result res = metrics_->Get("/metrics", {{"Accept", accept}});
-    if (ms != nullptr) {
-      *ms = (MonotonicNanos() - t0) / 1e6;
-    }
-    if (!res || res->status != 200) {
-      return std::nullopt;
-    }
-    return std::move(res->body);
-  }
-
-  // Scrapes (classic text) and compares with the truth.
-  VerifyResult Check(std::string* body = nullptr) {
-    VerifyResult result;
-    std::optional<std::string> text = Fetch(kTextAccept, nullptr);
-    if (!text.has_value()) {
-      FamilyResult f;
-      f.family = "/metrics";
-      f.status = FamilyResult::Status::kMismatch;
-      f.diff.push_back("scrape failed");
-      result.families.push_back(f);
-      return result;
-    }
-    absl::StatusOr<Scrape> parsed = ParseExposition(*text);
-    if (!parsed.ok()) {
-      FamilyResult f;
-      f.family = "/metrics";
-      f.status = FamilyResult::Status::kMismatch;
-      f.diff.push_back(std::string(parsed.status().message()));
-      result.families.push_back(f);
-      return result;
-    }
-    last_claims_ = SumOf(*parsed, "dralens_cluster_claims");
-    if (body != nullptr) {
-      *body = std::move(*text);
-    }
-    VerifyResult v = Verify(*parsed, truth_);
-    last_scrape_ = std::move(*parsed);
-    return v;
-  }
-
-  bool WaitReady() {
-    const absl::Time deadline = absl::Now() + o_.ready_timeout;
-    bool readyz = false;
-    VerifyResult last;
-    while (absl::Now() < deadline) {
-      if (!dralens_->Running()) {
-        Fail(absl::StrCat("dralens cluster exited: ", dralens_->Output()));
-        return false;
-      }
-      if (!readyz) {
-        httplib::Result res = metrics_->Get("/readyz");
-        if (!res || res->status != 200) {
-          absl::SleepFor(absl::Milliseconds(20));
-          continue;
-        }
-        readyz = true;
-        r_.readyz_from_exec_s = (MonotonicNanos() - exec_ns_) / 1e9;
-      }
-      const int64_t t0 = MonotonicNanos();
-      std::string body;
-      last = Check(&body);
-      const int64_t t1 = MonotonicNanos();
-      if (last.ok()) {
-        // Kept for reading what else the binary exports (e.g. the per-device families).
-        std::ofstream(absl::StrCat(o_.work_dir, "/metrics-at-ready.txt")) << body;
-        r_.ready = true;
-        r_.verified = last.Summary();
-        r_.ready_from_exec_s = (t1 - exec_ns_) / 1e9;
-        r_.cpu_to_ready_s = dralens_->CpuNanos() / 1e9;
-        json stats = ServerStats();
-        const int64_t first_list = stats.value("first_list_ns", int64_t{0});
-        int64_t answered = 0;
-        for (const auto& [plural, s] : stats["resources"].items()) {
-          answered = std::max(answered, s.value("first_list_done_ns", int64_t{0}));
-        }
-        r_.list_bytes = stats.value("list_bytes", int64_t{0});
-        r_.ready_from_first_list_s = (t1 - first_list) / 1e9;
-        r_.ready_from_lists_answered_s = (t1 - answered) / 1e9;
-        r_.peak_rss_after_sync = dralens_->StatusBytes("VmHWM:");
-        r_.rss_after_sync = dralens_->StatusBytes("VmRSS:");
-        Log(absl::StrFormat(
-            "ready: %.2f s from exec, %.2f s from the first LIST, %.2f s after the LISTs were "
-            "answered (/readyz at %.2f s, %d wrong scrapes before, %.1f s CPU); peak RSS %.0f "
-            "MB, RSS %.0f MB; %s",
-            r_.ready_from_exec_s, r_.ready_from_first_list_s, r_.ready_from_lists_answered_s,
-            r_.readyz_from_exec_s, r_.wrong_scrapes_before_ready, r_.cpu_to_ready_s,
-            r_.peak_rss_after_sync / 1e6, r_.rss_after_sync / 1e6, r_.verified));
-        LogDeviceFamilies();
-        return true;
-      }
-      ++r_.wrong_scrapes_before_ready;
-      const double took_ms = (t1 - t0) / 1e6;
-      absl::SleepFor(absl::Milliseconds(std::clamp(took_ms, 50.0, 1000.0)));
-    }
-    if (!readyz) {
-      last = Check();  // not ready: how far did it get?
-    }
-    r_.claims_analysed_at_timeout = last_claims_;
-    r_.list_bytes = ServerStats().value("list_bytes", int64_t{0});
-    r_.peak_rss_end = dralens_->StatusBytes("VmHWM:");
-    Fail(absl::StrFormat(
-        "not ready after %.0f s (readyz %s, %.0f claims analysed, peak RSS %.0f "
-        "MB)%s%s",
-        absl::ToDoubleSeconds(o_.ready_timeout), readyz ? "200" : "not 200", last_claims_,
-        r_.peak_rss_end / 1e6, readyz ? "; the last scrape differs from the truth:\n" : "",
-        readyz ? last.Diff() : ""));
-    return false;
-  }
-
-  // Sums of the per-device families, if the binary exports them, next to the physical truth:
-  // they count published devices (once per matching class), not GPUs.
-  void LogDeviceFamilies() {
-    auto by = [&](const char* family, const char* label) {
-      std::map<std::string, double> sums;
-      auto it = last_scrape_.samples.find(family);
-      if (it != last_scrape_.samples.end()) {
-        for (const Sample& sample : it->second) {
-          auto l = sample.labels.find(label);
-          sums[l == sample.labels.end() ? "" : l->second] += sample.value;
-        }
-      }
-      std::string out;
-      for (const auto& [key, value] : sums) {
-        absl::StrAppend(&out, out.empty() ? "" : " ", key, "=", value);
-      }
-      return out;
-    };
-    auto truth = [](const std::map<std::string, int>& m) {
-      std::string out;
-      for (const auto& [key, value] : m) {
-        absl::StrAppend(&out, out.empty() ? "" : " ", key, "=", value);
-      }
-      return out;
-    };
-    Log(absl::StrCat("physical truth: GPUs ", truth(truth_.gpus_by_state), "; stranded GPUs ",
-                     truth(truth_.stranded_by_kind)));
-    if (last_scrape_.Exports("dralens_cluster_pool_devices")) {
-      Log(absl::StrCat("exported per-device families: dralens_cluster_pool_devices by state ",
-                       by("dralens_cluster_pool_devices", "state"),
-                       "; dralens_cluster_stranded_devices by kind ",
-                       by("dralens_cluster_stranded_devices", "kind")));
-    }
-  }
-
-  void MeasureScrapes() {
-    std::vector<double> text_ms, om_ms;
-    for (int i = 0; i < o_.scrapes; ++i) {
-      double ms = 0;
-      std::optional<std::string> body = Fetch(kTextAccept, &ms);
-      if (body.has_value()) {
-        text_ms.push_back(ms);
-        r_.body_text = static_cast<int64_t>(body->size());
-        if (i == 0) {
-          r_.series = std::count(body->begin(), body->end(), '\n') -
-                      static_cast<int64_t>(std::count(body->begin(), body->end(), '#'));
-        }
-      }
-      body = Fetch(kOpenMetricsAccept, &ms);
-      if (body.has_value()) {
-        om_ms.push_back(ms);
-        r_.body_openmetrics = static_cast<int64_t>(body->size());
-      }
-    }
-    r_.scrape_text = PercentilesOf(text_ms);
-    r_.scrape_openmetrics = PercentilesOf(om_ms);
-    Log(
-        absl::StrFormat("scrape text p50 %.1f ms p99 %.1f ms (%.2f MB, ~%d series); OpenMetrics "
-                        "p50 %.1f ms p99 %.1f ms (%.2f MB)",
-                        r_.scrape_text.p50_ms, r_.scrape_text.p99_ms, r_.body_text / 1e6,
-                        static_cast<int>(r_.series), r_.scrape_openmetrics.p50_ms,
-                        r_.scrape_openmetrics.p99_ms, r_.body_openmetrics / 1e6));
-  }
-
-  void MeasureIdle() {
-    const int64_t c0 = dralens_->CpuNanos();
-    absl::SleepFor(absl::Seconds(2));
-    r_.idle_cpu_per_s = (dralens_->CpuNanos() - c0) / 2e9;
-  }
-
-  // Waits until dralens' CPU clock stands still for kIdleWindow; returns the clock then.
-  int64_t WaitIdle(absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    std::deque<std::pair<absl::Time, int64_t>> samples;
-    while (absl::Now() < deadline) {
-      const absl::Time now = absl::Now();
-      const int64_t cpu = dralens_->CpuNanos();
-      samples.emplace_back(now, cpu);
-      while (samples.size() > 1 && now - samples[1].first >= kIdleWindow) {
-        samples.pop_front();
-      }
-      if (now - samples.front().first >= kIdleWindow &&
-          cpu - samples.front().second < kIdleCpuNanos) {
-        return samples.front().second;
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return -1;
-  }
-
-  bool WaitDelivered(const std::set<std::string>& plurals, uint64_t rv, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      json stats = ServerStats();
-      bool all = stats.contains("resources");
-      for (const std::string& plural : plurals) {
-        const json& s = stats["resources"][plural];
-        all = all && s.value("open_watches", 0) > 0 && s.value("delivered_rv", uint64_t{0}) >= rv;
-      }
-      if (all) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    return false;
-  }
-
-  // Draws up to `n` events, sends them as one batch, and verifies the result. Adds the figures
-  // to `fig` when the batch verified.
-  bool Batch(const std::function<std::optional<WatchEvent>()>& next, int n, KindFigures& fig) {
-    std::vector<std::string> lines;
-    std::set<std::string> plurals;
-    for (int i = 0; i < n; ++i) {
-      std::optional<WatchEvent> e = next();
-      if (!e.has_value()) {
-        break;
-      }
-      plurals.insert(InfoOf(e->resource).plural);
-      lines.push_back(
-          absl::StrCat(e->type, " ", InfoOf(e->resource).plural, " ", e->object.dump()));
-    }
-    if (lines.empty()) {
-      return true;
-    }
-    for (size_t i = 0; i < lines.size(); i += kStageChunk) {
-      std::string body;
-      for (size_t j = i; j < std::min(lines.size(), i + kStageChunk); ++j) {
-        absl::StrAppend(&body, lines[j], "\n");
-      }
-      httplib::Result res = control_->Post("/bench/stage", body, "text/plain");
-      if (!res || res->status != 200) {
-        Fail(absl::StrCat("staging events failed: ", res ? res->body : "no answer"));
-        return false;
-      }
-    }
-    truth_ = ComputeTruth(fleet_);
-    Corrupt(truth_);
-    const int64_t cpu0 = dralens_->CpuNanos();
-    const int64_t t0 = MonotonicNanos();
-    httplib::Result released = control_->Post("/bench/release", "", "text/plain");
-    if (!released || released->status != 200) {
-      Fail("release failed");
-      return false;
-    }
-    const uint64_t rv = json::parse(released->body).value("rv", uint64_t{0});
-    const absl::Duration timeout =
-        std::max(absl::Seconds(120), absl::Seconds(20 * o_.batch_cpu_budget_s));
-    if (!WaitDelivered(plurals, rv, timeout)) {
-      Fail(absl::StrCat(fig.kind, ": the server could not deliver the batch to dralens' watches"));
-      return false;
-    }
-    // CPU of verification scrapes that failed (the batch was not done yet) is not the batch's.
-    int64_t failed_scrape_cpu = 0;
-    for (int attempt = 0; attempt < 4; ++attempt) {
-      const int64_t idle_cpu = WaitIdle(timeout);
-      const int64_t t_idle = MonotonicNanos();
-      if (idle_cpu < 0) {
-        Fail(absl::StrCat(fig.kind, ": dralens did not go idle within ",
-                          absl::FormatDuration(timeout)));
-        return false;
-      }
-      const int64_t before = dralens_->CpuNanos();
-      VerifyResult v = Check();
-      if (v.ok()) {
-        fig.events += static_cast<int>(lines.size());
-        ++fig.batches;
-        fig.cpu_s += (idle_cpu - cpu0 - failed_scrape_cpu) / 1e9;
-        fig.wall_s += (t_idle - t0) / 1e9;
-        return true;
-      }
-      failed_scrape_cpu += dralens_->CpuNanos() - before;
-      if (attempt == 3) {
-        fig.ok = false;
-        Fail(absl::StrCat(fig.kind, " batch of ", lines.size(),
-                          " events: the scrape differs from the truth:\n", v.Diff()));
-        return false;
-      }
-      absl::SleepFor(absl::Seconds(1));
-    }
-    return false;
-  }
-
-  void DriveEvents() {
-    EventGenerator gen(fleet_, o_.seed);
-    auto run_kind = [&](const std::string& name,
-                        const std::function<std::optional<WatchEvent>()>& next, int limit,
-                        int probe) -> bool {
-      KindFigures fig;
-      fig.kind = name;
-      bool ok = Batch(next, std::min(probe, limit), fig);
-      if (ok && fig.events > 0 && fig.events < limit) {
-        const double per_event = std::max(fig.cpu_s / fig.events, 1e-7);
-        const int more =
-            std::min(limit - fig.events, static_cast<int>(o_.batch_cpu_budget_s / per_event));
-        if (more > 0) {
-          ok = Batch(next, more, fig);
-        }
-      }
-      if (fig.events > 0) {
-        Log(
-            absl::StrFormat("%-10s %6d events in %d verified batches: %9.1f us CPU per event, "
-                            "%8.0f events per CPU-second",
-                            name, fig.events, fig.batches, 1e6 * fig.cpu_s / fig.events,
-                            fig.cpu_s > 0 ? fig.events / fig.cpu_s : 0.0));
-      } else if (ok) {
-        Log(absl::StrCat(name, ": nothing eligible"));
-      }
-      r_.kinds.push_back(fig);
-      return ok;
-    };
-    for (EventKind kind : kEventKinds) {
-      if (!run_kind(
-              ToString(kind), [&gen, kind] { return gen.Next(kind); }, o_.events_per_kind, 10)) {
-        return;
-      }
-    }
-    if (run_kind(
-            "mixed", [&gen] { return gen.NextMixed(); }, o_.mixed_events, 50)) {
-      WatchRestarts();
-    }
-  }
-
-  int64_t SumOver(const json& stats, const char* field) {
-    int64_t sum = 0;
-    if (stats.contains("resources")) {
-      for (const auto& [plural, r] : stats["resources"].items()) {
-        sum += r.value(field, int64_t{0});
-      }
-    }
-    return sum;
-  }
-
-  bool AllWatching(const json& stats) {
-    if (!stats.contains("resources")) {
-      return false;
-    }
-    for (const auto& [plural, r] : stats["resources"].items()) {
-      if (r.value("open_watches", 0) < 1) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  // Dropped watches must resume from their resourceVersion without a LIST; a watch answered
-  // 410 Gone must relist, and no scrape in between may differ from the truth (nothing changed).
-  void WatchRestarts() {
-    const absl::Duration timeout = std::max(absl::Seconds(60), o_.ready_timeout);
-    json before = ServerStats();
-    const int64_t lists0 = SumOver(before, "lists");
-    const int64_t watches0 = before.value("watches_started", int64_t{0});
-    control_->Post("/bench/drop-watches", "", "text/plain");
-    absl::Time deadline = absl::Now() + timeout;
-    json now = ServerStats();
-    while (absl::Now() < deadline &&
-           (now.value("watches_started", int64_t{0}) < watches0 + kResourceCount ||
-            !AllWatching(now))) {
-      absl::SleepFor(absl::Milliseconds(20));
-      now = ServerStats();
-    }
-    VerifyResult v = Check();
-    const int64_t lists1 = SumOver(now, "lists");
-    if (!v.ok() || lists1 != lists0 || !AllWatching(now)) {
-      Fail(absl::StrFormat("dropped watches: %s, %d LISTs, watching %s\n%s",
-                           v.ok() ? "scrape ok" : "scrape differs", lists1 - lists0,
-                           AllWatching(now) ? "again" : "not again", v.Diff()));
-      return;
-    }
-    Log("dropped watches: all five resumed from their resourceVersion, no LIST, scrape ok");
-
-    // 410 Gone: compact the history, then drop the streams.
-    const int64_t t0 = MonotonicNanos();
-    control_->Post("/bench/compact", "", "text/plain");
-    control_->Post("/bench/drop-watches", "", "text/plain");
-    deadline = absl::Now() + timeout;
-    int scrapes = 0;
-    int wrong = 0;
-    std::string diff;
-    while (absl::Now() < deadline) {
-      now = ServerStats();
-      const bool relisted = SumOver(now, "lists") >= lists1 + kResourceCount && AllWatching(now);
-      VerifyResult check = Check();
-      ++scrapes;
-      if (!check.ok()) {
-        ++wrong;
-        diff = check.Diff();
-      }
-      if (relisted) {
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    r_.relist_s = (MonotonicNanos() - t0) / 1e9;
-    r_.relist_gone = now.value("gone_sent", int64_t{0});
-    if (SumOver(now, "lists") < lists1 + kResourceCount || wrong > 0) {
-      Fail(
-          absl::StrFormat("410 Gone: %d LISTs after %.1f s, %d of %d scrapes differ from the "
-                          "truth\n%s",
-                          SumOver(now, "lists") - lists1, r_.relist_s, wrong, scrapes, diff));
-      return;
-    }
-    Log(absl::StrFormat("410 Gone: relisted in %.2f s; all %d scrapes during the relist matched",
-                        r_.relist_s, scrapes));
-  }
-
-  void Finish() {
-    if (dralens_ != nullptr) {
-      if (r_.peak_rss_end == 0) {
-        r_.peak_rss_end = dralens_->StatusBytes("VmHWM:");
-      }
-      metrics_.reset();
-      dralens_->Stop(SIGTERM, absl::Seconds(60));
-    }
-    if (server_ != nullptr) {
-      if (control_ != nullptr) {
-        json stats = ServerStats();
-        r_.server_cpu_s = stats.value("cpu_seconds", 0.0);
-        r_.server_peak_rss = stats.value("hwm_bytes", int64_t{0});
-      }
-      // Close our keep-alive connections first: the server's workers wait on them otherwise.
-      control_.reset();
-      metrics_.reset();
-      server_->Stop(SIGTERM, absl::Seconds(30));
-    }
-    r_.load_average += " -> " + LoadAverage();
-    r_.harness_cpu_s = SelfCpuSeconds() - harness_cpu0_;
-    r_.harness_peak_rss = SelfStatusBytes("VmHWM:");
-  }
-
-  RunOptions o_;
-  RunResult r_;
-  Fleet fleet_;
-  Truth truth_;
-  std::unique_ptr<Child> server_;
-  std::unique_ptr<Child> dralens_;
-  std::unique_ptr<httplib::Client> control_;
-  std::unique_ptr<httplib::Client> metrics_;
-  int server_port_ = 0;
-  int metrics_port_ = 0;
-  int64_t exec_ns_ = 0;
-  double last_claims_ = 0;
-  Scrape last_scrape_;
-  double harness_cpu0_ = 0;
-};
-
 }  // namespace
 
-RunResult RunOne(const RunOptions& options) { return Run(options).Go(); }
+ScaleRun::ScaleRun(const RunOptions& options) : o_(options) {
+  r_.claims = o_.claims;
+  r_.order = o_.order;
+}
+
+RunResult ScaleRun::Go() {
+  Execute();
+  Finish();
+  return r_;
+}
+
+void ScaleRun::Log(const std::string& line) {
+  if (o_.verbose) {
+    std::printf("[%d %s] %s\n", o_.claims, o_.order.c_str(), line.c_str());
+    std::fflush(stdout);
+  }
+}
+
+void ScaleRun::Fail(const std::string& why) {
+  if (r_.failure.empty()) {
+    r_.failure = why;
+  }
+  r_.ok = false;
+  Log(absl::StrCat("FAILED: ", why));
+}
+
+void ScaleRun::Execute() {
+  r_.load_average = LoadAverage();
+  harness_cpu0_ = SelfCpuSeconds();
+  FleetOptions fleet_options;
+  fleet_options.claims = o_.claims;
+  fleet_options.seed = o_.seed;
+  fleet_options.epoch = absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()));
+  fleet_ = Generate(fleet_options);
+  if (!StartServer(fleet_options)) {
+    return;
+  }
+  if (!StartDralens()) {
+    return;
+  }
+  if (!WaitReady()) {
+    return;
+  }
+  r_.ok = true;
+  MeasureScrapes();
+  if (o_.measure_idle) {
+    MeasureIdle();
+  }
+  if (o_.events) {
+    DriveEvents();
+  }
+}
+
+bool ScaleRun::StartServer(const FleetOptions& fleet_options) {
+  const std::string port_file = absl::StrCat(o_.work_dir, "/apiserver.port");
+  std::remove(port_file.c_str());
+  const int64_t t0 = MonotonicNanos();
+  std::vector<std::string> argv = {
+      o_.server_binary,
+      absl::StrCat("--claims=", o_.claims),
+      absl::StrCat("--seed=", o_.seed),
+      absl::StrCat("--epoch=", absl::ToUnixSeconds(fleet_options.epoch)),
+      absl::StrCat("--order=", o_.order),
+      absl::StrCat("--port-file=", port_file)};
+  if (!o_.list_delay.empty()) {
+    argv.push_back(absl::StrCat("--list-delay=", o_.list_delay));
+  }
+  server_ = std::make_unique<Child>(argv, absl::StrCat(o_.work_dir, "/apiserver.log"));
+  if (!server_->WaitForOutput("scale_apiserver ready", absl::Minutes(15))) {
+    Fail(absl::StrCat("scale_apiserver did not start: ", server_->Output()));
+    return false;
+  }
+  std::smatch m;
+  const std::string out = server_->Output();
+  if (!std::regex_search(out, m, std::regex("ready port=(\\d+)"))) {
+    Fail("scale_apiserver printed no port");
+    return false;
+  }
+  server_port_ = std::stoi(m[1]);
+  r_.server_setup_s = (MonotonicNanos() - t0) / 1e9;
+  control_ = std::make_unique<httplib::Client>("127.0.0.1", server_port_);
+  control_->set_read_timeout(std::chrono::seconds(120));
+  control_->set_keep_alive(true);
+  Log(absl::StrFormat("api server up in %.1f s (%zu nodes, %zu GPUs, %zu claims, %zu pods)",
+                      r_.server_setup_s, fleet_.nodes.size(), fleet_.gpus.size(),
+                      fleet_.claims.size(), fleet_.pods.size()));
+  return true;
+}
+
+bool ScaleRun::StartDralens() {
+  const std::string kubeconfig = absl::StrCat(o_.work_dir, "/kubeconfig");
+  testing::WriteKubeconfig(kubeconfig, absl::StrCat("http://127.0.0.1:", server_port_));
+  truth_ = ComputeTruth(fleet_);
+  Corrupt(truth_);
+  exec_ns_ = MonotonicNanos();
+  dralens_ = std::make_unique<Child>(
+      std::vector<std::string>{o_.dralens_binary, "cluster", "--kubeconfig=" + kubeconfig,
+                               "--metrics-address=127.0.0.1:0"},
+      absl::StrCat(o_.work_dir, "/dralens.log"));
+  // The metrics port is picked by the kernel; read it from /proc (cheaper than the log).
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline && metrics_port_ == 0 && dralens_->Running()) {
+    metrics_port_ = dralens_->ListeningPort();
+    if (metrics_port_ == 0) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  if (metrics_port_ == 0) {
+    Fail(absl::StrCat("dralens cluster opened no metrics port: ", dralens_->Output()));
+    return false;
+  }
+  metrics_ = std::make_unique<httplib::Client>("127.0.0.1", metrics_port_);
+  metrics_->set_read_timeout(std::chrono::seconds(300));
+  metrics_->set_keep_alive(true);
+  return true;
+}
+
+void ScaleRun::Corrupt(Truth& truth) const {
+  if (!o_.corrupt_truth) {
+    return;
+  }
+  for (FamilyTruth& family : truth.families) {
+    if (family.mode == FamilyTruth::Mode::kSum && !family.values.empty()) {
+      family.values.begin()->second += 1;
+      return;
+    }
+  }
+}
+
+json ScaleRun::ServerStats() {
+  httplib::Result res = control_->Get("/bench/stats");
+  if (!res || res->status != 200) {
+    return json::object();
+  }
+  return json::parse(res->body, nullptr, false);
+}
+
+// A scrape in the given format; its wall time in milliseconds.
+std::optional<std::string> ScaleRun::Fetch(const char* accept, double* ms) {
+  const int64_t t0 = MonotonicNanos();
+  httplib::Result res = metrics_->Get("/metrics", {{"Accept", accept}});
+  if (ms != nullptr) {
+    *ms = (MonotonicNanos() - t0) / 1e6;
+  }
+  if (!res || res->status != 200) {
+    return std::nullopt;
+  }
+  return std::move(res->body);
+}
+
+// Scrapes (classic text) and compares with the truth.
+VerifyResult ScaleRun::Check(std::string* body) {
+  VerifyResult result;
+  std::optional<std::string> text = Fetch(kTextAccept, nullptr);
+  if (!text.has_value()) {
+    FamilyResult f;
+    f.family = "/metrics";
+    f.status = FamilyResult::Status::kMismatch;
+    f.diff.push_back("scrape failed");
+    result.families.push_back(f);
+    return result;
+  }
+  absl::StatusOr<Scrape> parsed = ParseExposition(*text);
+  if (!parsed.ok()) {
+    FamilyResult f;
+    f.family = "/metrics";
+    f.status = FamilyResult::Status::kMismatch;
+    f.diff.push_back(std::string(parsed.status().message()));
+    result.families.push_back(f);
+    return result;
+  }
+  last_claims_ = SumOf(*parsed, "dralens_cluster_claims");
+  if (body != nullptr) {
+    *body = std::move(*text);
+  }
+  VerifyResult v = Verify(*parsed, truth_);
+  last_scrape_ = std::move(*parsed);
+  return v;
+}
+
+bool ScaleRun::WaitReady() {
+  const absl::Time deadline = absl::Now() + o_.ready_timeout;
+  bool readyz = false;
+  VerifyResult last;
+  while (absl::Now() < deadline) {
+    if (!dralens_->Running()) {
+      Fail(absl::StrCat("dralens cluster exited: ", dralens_->Output()));
+      return false;
+    }
+    if (!readyz) {
+      httplib::Result res = metrics_->Get("/readyz");
+      if (!res || res->status != 200) {
+        absl::SleepFor(absl::Milliseconds(20));
+        continue;
+      }
+      readyz = true;
+      r_.readyz_from_exec_s = (MonotonicNanos() - exec_ns_) / 1e9;
+    }
+    const int64_t t0 = MonotonicNanos();
+    std::string body;
+    last = Check(&body);
+    const int64_t t1 = MonotonicNanos();
+    if (last.ok()) {
+      // Kept for reading what else the binary exports (e.g. the per-device families).
+      std::ofstream(absl::StrCat(o_.work_dir, "/metrics-at-ready.txt")) << body;
+      r_.ready = true;
+      r_.verified = last.Summary();
+      r_.ready_from_exec_s = (t1 - exec_ns_) / 1e9;
+      r_.cpu_to_ready_s = dralens_->CpuNanos() / 1e9;
+      json stats = ServerStats();
+      const int64_t first_list = stats.value("first_list_ns", int64_t{0});
+      int64_t answered = 0;
+      for (const auto& [plural, s] : stats["resources"].items()) {
+        answered = std::max(answered, s.value("first_list_done_ns", int64_t{0}));
+      }
+      r_.list_bytes = stats.value("list_bytes", int64_t{0});
+      r_.ready_from_first_list_s = (t1 - first_list) / 1e9;
+      r_.ready_from_lists_answered_s = (t1 - answered) / 1e9;
+      r_.peak_rss_after_sync = dralens_->StatusBytes("VmHWM:");
+      r_.rss_after_sync = dralens_->StatusBytes("VmRSS:");
+      Log(absl::StrFormat(
+          "ready: %.2f s from exec, %.2f s from the first LIST, %.2f s after the LISTs were "
+          "answered (/readyz at %.2f s, %d wrong scrapes before, %.1f s CPU); peak RSS %.0f "
+          "MB, RSS %.0f MB; %s",
+          r_.ready_from_exec_s, r_.ready_from_first_list_s, r_.ready_from_lists_answered_s,
+          r_.readyz_from_exec_s, r_.wrong_scrapes_before_ready, r_.cpu_to_ready_s,
+          r_.peak_rss_after_sync / 1e6, r_.rss_after_sync / 1e6, r_.verified));
+      LogDeviceFamilies();
+      return true;
+    }
+    ++r_.wrong_scrapes_before_ready;
+    const double took_ms = (t1 - t0) / 1e6;
+    absl::SleepFor(absl::Milliseconds(std::clamp(took_ms, 50.0, 1000.0)));
+  }
+  if (!readyz) {
+    last = Check();  // not ready: how far did it get?
+  }
+  r_.claims_analysed_at_timeout = last_claims_;
+  r_.list_bytes = ServerStats().value("list_bytes", int64_t{0});
+  r_.peak_rss_end = dralens_->StatusBytes("VmHWM:");
+  Fail(absl::StrFormat(
+      "not ready after %.0f s (readyz %s, %.0f claims analysed, peak RSS %.0f "
+      "MB)%s%s",
+      absl::ToDoubleSeconds(o_.ready_timeout), readyz ? "200" : "not 200", last_claims_,
+      r_.peak_rss_end / 1e6, readyz ? "; the last scrape differs from the truth:\n" : "",
+      readyz ? last.Diff() : ""));
+  return false;
+}
+
+// Sums of the per-device families, if the binary exports them, next to the physical truth:
+// they count published devices (once per matching class), not GPUs.
+void ScaleRun::LogDeviceFamilies() {
+  auto by = [&](const char* family, const char* label) {
+    std::map<std::string, double> sums;
+    auto it = last_scrape_.samples.find(family);
+    if (it != last_scrape_.samples.end()) {
+      for (const Sample& sample : it->second) {
+        auto l = sample.labels.find(label);
+        sums[l == sample.labels.end() ? "" : l->second] += sample.value;
+      }
+    }
+    std::string out;
+    for (const auto& [key, value] : sums) {
+      absl::StrAppend(&out, out.empty() ? "" : " ", key, "=", value);
+    }
+    return out;
+  };
+  auto truth = [](const std::map<std::string, int>& m) {
+    std::string out;
+    for (const auto& [key, value] : m) {
+      absl::StrAppend(&out, out.empty() ? "" : " ", key, "=", value);
+    }
+    return out;
+  };
+  Log(absl::StrCat("physical truth: GPUs ", truth(truth_.gpus_by_state), "; stranded GPUs ",
+                   truth(truth_.stranded_by_kind)));
+  if (last_scrape_.Exports("dralens_cluster_pool_devices")) {
+    Log(absl::StrCat("exported per-device families: dralens_cluster_pool_devices by state ",
+                     by("dralens_cluster_pool_devices", "state"),
+                     "; dralens_cluster_stranded_devices by kind ",
+                     by("dralens_cluster_stranded_devices", "kind")));
+  }
+}
+
+void ScaleRun::MeasureScrapes() {
+  std::vector<double> text_ms, om_ms;
+  for (int i = 0; i < o_.scrapes; ++i) {
+    double ms = 0;
+    std::optional<std::string> body = Fetch(kTextAccept, &ms);
+    if (body.has_value()) {
+      text_ms.push_back(ms);
+      r_.body_text = static_cast<int64_t>(body->size());
+      if (i == 0) {
+        r_.series = std::count(body->begin(), body->end(), '\n') -
+                    static_cast<int64_t>(std::count(body->begin(), body->end(), '#'));
+      }
+    }
+    body = Fetch(kOpenMetricsAccept, &ms);
+    if (body.has_value()) {
+      om_ms.push_back(ms);
+      r_.body_openmetrics = static_cast<int64_t>(body->size());
+    }
+  }
+  r_.scrape_text = PercentilesOf(text_ms);
+  r_.scrape_openmetrics = PercentilesOf(om_ms);
+  Log(absl::StrFormat(
+      "scrape text p50 %.1f ms p99 %.1f ms (%.2f MB, ~%d series); OpenMetrics "
+      "p50 %.1f ms p99 %.1f ms (%.2f MB)",
+      r_.scrape_text.p50_ms, r_.scrape_text.p99_ms, r_.body_text / 1e6, static_cast<int>(r_.series),
+      r_.scrape_openmetrics.p50_ms, r_.scrape_openmetrics.p99_ms, r_.body_openmetrics / 1e6));
+}
+
+void ScaleRun::MeasureIdle() {
+  const int64_t c0 = dralens_->CpuNanos();
+  absl::SleepFor(absl::Seconds(2));
+  r_.idle_cpu_per_s = (dralens_->CpuNanos() - c0) / 2e9;
+}
+
+void ScaleRun::Finish() {
+  if (dralens_ != nullptr) {
+    if (r_.peak_rss_end == 0) {
+      r_.peak_rss_end = dralens_->StatusBytes("VmHWM:");
+    }
+    metrics_.reset();
+    dralens_->Stop(SIGTERM, absl::Seconds(60));
+  }
+  if (server_ != nullptr) {
+    if (control_ != nullptr) {
+      json stats = ServerStats();
+      r_.server_cpu_s = stats.value("cpu_seconds", 0.0);
+      r_.server_peak_rss = stats.value("hwm_bytes", int64_t{0});
+    }
+    // Close our keep-alive connections first: the server's workers wait on them otherwise.
+    control_.reset();
+    metrics_.reset();
+    server_->Stop(SIGTERM, absl::Seconds(30));
+  }
+  r_.load_average += " -> " + LoadAverage();
+  r_.harness_cpu_s = SelfCpuSeconds() - harness_cpu0_;
+  r_.harness_peak_rss = SelfStatusBytes("VmHWM:");
+}
+
+RunResult RunOne(const RunOptions& options) { return ScaleRun(options).Go(); }
 
 }  // namespace dralens::bench::scale
