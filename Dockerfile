@@ -2,7 +2,7 @@
 # access:
 #   docker build --build-arg REVISION=$(git rev-parse HEAD) -t ghcr.io/dralens/dralens:0.1.0 .
 # `make image` builds the same content without a daemon or a registry, from Debian packages only
-# (image/build-oci.sh); both read image/runtime-packages and image/dpkg-excludes.
+# (.ci/image/build-oci.sh); both read .ci/image/runtime-packages and .ci/image/dpkg-excludes.
 
 # Build stage: the build packages of .ci/install-deps, then only the dralens binary, stripped.
 FROM debian:bookworm AS build
@@ -16,8 +16,8 @@ RUN cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRALENS
 # Runtime stage: bookworm-slim plus the shared libraries the binary links; no documentation,
 # manual pages, translations or apt lists.
 FROM debian:bookworm-slim
-COPY image/dpkg-excludes /etc/dpkg/dpkg.cfg.d/dralens-slim
-COPY image/runtime-packages /tmp/runtime-packages
+COPY .ci/image/dpkg-excludes /etc/dpkg/dpkg.cfg.d/dralens-slim
+COPY .ci/image/runtime-packages /tmp/runtime-packages
 RUN apt-get update \
     && grep -v '^\s*#' /tmp/runtime-packages \
        | DEBIAN_FRONTEND=noninteractive xargs apt-get install -y --no-install-recommends \

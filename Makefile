@@ -72,14 +72,14 @@ deps:
 # The container image the chart runs, built without a daemon or a registry from Debian packages
 # (mmdebstrap from the Debian mirror, umoci) into an OCI archive; see the Dockerfile for the same
 # image in a registry-backed CI. The Debian layer is cached in $(BUILD_DIR)/image until
-# image/runtime-packages, image/dpkg-excludes or the script change. Needs root (sudo otherwise).
+# .ci/image/runtime-packages, .ci/image/dpkg-excludes or the script change. Needs root (sudo otherwise).
 IMAGE_REPOSITORY ?= ghcr.io/dralens/dralens
 IMAGE_ARCHIVE ?= $(BUILD_DIR)/dralens-image.oci.tar
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 image: configure
 	./.ci/install-deps image
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target dralens
-	$(SUDO) env IMAGE_REPOSITORY=$(IMAGE_REPOSITORY) image/build-oci.sh $(BUILD_DIR)/dralens \
+	$(SUDO) env IMAGE_REPOSITORY=$(IMAGE_REPOSITORY) .ci/image/build-oci.sh $(BUILD_DIR)/dralens \
 	  $(IMAGE_ARCHIVE)
 
 # Runs the image's root filesystem as a container would (namespaces, read-only root, chroot):

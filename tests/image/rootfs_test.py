@@ -235,7 +235,7 @@ def needed_packages(binary):
 
 
 def listed_packages():
-    text = (ROOT / "image/runtime-packages").read_text()
+    text = (ROOT / ".ci/image/runtime-packages").read_text()
     return {l.strip() for l in text.splitlines() if l.strip() and not l.strip().startswith("#")}
 
 
@@ -328,7 +328,7 @@ def check_content(rootfs, binary, failures):
     needed = needed_packages(binary)
     # ca-certificates is no library: the trust store for https OTLP collectors.
     if needed != listed - {"ca-certificates"}:
-        failures.append("image/runtime-packages drifted from what the binary links: missing "
+        failures.append(".ci/image/runtime-packages drifted from what the binary links: missing "
                         f"{sorted(needed - listed)}, not needed {sorted(listed - needed - {'ca-certificates'})}")
     missing = listed - installed_packages(rootfs)
     if missing:

@@ -3,12 +3,12 @@
 # registry, into an OCI archive (`skopeo copy oci-archive:...`, `podman load -i ...`).
 #
 # The image has the content of the Dockerfile's runtime stage: Debian bookworm's minbase set
-# (what debian:bookworm-slim is built from) under the slim dpkg filters of image/dpkg-excludes,
-# the packages of image/runtime-packages, and the stripped binary as /usr/bin/dralens. Two
+# (what debian:bookworm-slim is built from) under the slim dpkg filters of .ci/image/dpkg-excludes,
+# the packages of .ci/image/runtime-packages, and the stripped binary as /usr/bin/dralens. Two
 # layers: the Debian root filesystem (mmdebstrap; cached under WORK_DIR until its inputs change)
 # and the binary. Labels carry the version the binary reports, the source and the revision.
 #
-# Usage: image/build-oci.sh BINARY ARCHIVE [WORK_DIR]
+# Usage: .ci/image/build-oci.sh BINARY ARCHIVE [WORK_DIR]
 # Environment:
 #   IMAGE_REPOSITORY        image name without tag (default ghcr.io/dralens/dralens); the tag is
 #                           the binary's version, which is the chart's appVersion
@@ -27,7 +27,7 @@ if [ $# -lt 2 ] || [ $# -gt 3 ]; then
   exit 2
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
-src="$(dirname "$here")"
+src="$(cd "$here/../.." && pwd)"
 binary="$(realpath "$1")"
 archive="$(realpath -m "$2")"
 work="$(realpath -m "${3:-$(dirname "$archive")/image}")"
@@ -52,7 +52,7 @@ if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
   base_epoch="$SOURCE_DATE_EPOCH"
 else
   SOURCE_DATE_EPOCH="$(git -C "$src" log -1 --format=%ct 2>/dev/null || date +%s)"
-  base_epoch="$(git -C "$src" log -1 --format=%ct -- image 2>/dev/null)"
+  base_epoch="$(git -C "$src" log -1 --format=%ct -- .ci/image 2>/dev/null)"
   base_epoch="${base_epoch:-$SOURCE_DATE_EPOCH}"
 fi
 export SOURCE_DATE_EPOCH
@@ -121,7 +121,7 @@ rm -rf "$layout"
 umoci init --layout "$layout"
 umoci new --image "$layout:$ref"
 umoci raw add-layer --image "$layout:$ref" --history.created="$created" \
-  --history.created_by="mmdebstrap --variant=minbase bookworm + image/runtime-packages" "$base"
+  --history.created_by="mmdebstrap --variant=minbase bookworm + .ci/image/runtime-packages" "$base"
 umoci raw add-layer --image "$layout:$ref" --history.created="$created" \
   --history.created_by="COPY dralens /usr/bin/dralens" "$work/app.tar"
 umoci config --image "$layout:$ref" --created="$created" --history.created="$created" \
