@@ -291,7 +291,7 @@ bool ScaleRun::WaitReady() {
       r_.rss_after_sync = dralens_->StatusBytes("VmRSS:");
       Log(absl::StrFormat(
           "ready: %.2f s from exec, %.2f s from the first LIST, %.2f s after the LISTs were "
-          "answered (/readyz at %.2f s, %d wrong scrapes before, %.1f s CPU); peak RSS %.0f "
+          "answered (/readyz at %.2f s, %d wrong scrapes before, %.2f s CPU); peak RSS %.0f "
           "MB, RSS %.0f MB; %s",
           r_.ready_from_exec_s, r_.ready_from_first_list_s, r_.ready_from_lists_answered_s,
           r_.readyz_from_exec_s, r_.wrong_scrapes_before_ready, r_.cpu_to_ready_s,

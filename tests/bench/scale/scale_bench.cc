@@ -98,7 +98,7 @@ void PrintTables(const std::vector<RunResult>& results) {
     std::printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %lld | %s | %s |\n", r.claims,
                 r.order.c_str(), r.list_bytes > 0 ? Mb(r.list_bytes).c_str() : "–",
                 Ready(r).c_str(),
-                r.ready ? absl::StrFormat("%.1f s", r.cpu_to_ready_s).c_str() : "–",
+                r.ready ? absl::StrFormat("%.2f s", r.cpu_to_ready_s).c_str() : "–",
                 Mb(r.ready ? r.peak_rss_after_sync : r.peak_rss_end).c_str(),
                 r.ready ? Mb(r.rss_after_sync).c_str() : "–", scrape.c_str(), body.c_str(),
                 static_cast<long long>(r.series), events.c_str(), verified.c_str());
