@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
 .PHONY: demo test deps configure build format check-format clean crash-loop bench load soak sanitize \
-	tsan fuzz fuzz-smoke chart-files chart-test
+	tsan fuzz fuzz-smoke generate chart-files chart-test image image-test
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
 # it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
@@ -16,6 +16,7 @@ demo: configure
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	$(MAKE) fuzz-smoke
+	$(MAKE) image-test
 
 # A short run of every libFuzzer target (tests/fuzz) in its own clang build (build-fuzz), with
 # the seed corpus; part of `make test`. About 3 minutes of build and 2 of fuzzing on 2 cores.
@@ -68,6 +69,25 @@ fuzz:
 deps:
 	./.ci/install-deps all
 
+# The container image the chart runs, built without a daemon or a registry from Debian packages
+# (mmdebstrap from the Debian mirror, umoci) into an OCI archive; see the Dockerfile for the same
+# image in a registry-backed CI. The Debian layer is cached in $(BUILD_DIR)/image until
+# .ci/image/runtime-packages, .ci/image/dpkg-excludes or the script change. Needs root (sudo otherwise).
+IMAGE_REPOSITORY ?= ghcr.io/dralens/dralens
+IMAGE_ARCHIVE ?= $(BUILD_DIR)/dralens-image.oci.tar
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+image: configure
+	./.ci/install-deps image
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target dralens
+	$(SUDO) env IMAGE_REPOSITORY=$(IMAGE_REPOSITORY) .ci/image/build-oci.sh $(BUILD_DIR)/dralens \
+	  $(IMAGE_ARCHIVE)
+
+# Runs the image's root filesystem as a container would (namespaces, read-only root, chroot):
+# `dralens --version`, then the node role against the demo's API server; part of `make test`.
+image-test: image
+	/usr/bin/python3 tests/image/rootfs_test.py --archive $(IMAGE_ARCHIVE) \
+	  --dralens $(BUILD_DIR)/dralens
+
 configure: deps
 	cmake -B $(BUILD_DIR) -S . -G Ninja $(CMAKE_FLAGS)
 
@@ -101,13 +121,25 @@ load: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target load_driver
 	./$(BUILD_DIR)/tests/bench/load_driver $(LOAD_ARGS)
 
-# Copies alerts/*.yaml rule files and grafana/*.json dashboards into charts/dralens/files/ (Helm
-# reads nothing outside the chart); the chart_files test fails when the copies drift.
+# Rewrites every generated file from its source: the rules, the chart's rule file, alert values
+# and schema from alerts/config.yaml; the dashboards from grafana/src/; the chart's dashboard
+# copies; the chart README's values table. Tests fail when a committed file differs from what
+# this makes.
+generate:
+	/usr/bin/python3 alerts/generate.py
+	/usr/bin/python3 grafana/generate.py
+	$(MAKE) chart-files
+	/usr/bin/python3 tests/chart/chart_test.py --write-values-table
+
+# Copies grafana/*.json dashboards into charts/dralens/files/ (Helm reads nothing outside the
+# chart); the chart_files test fails when the copies drift.
 chart-files:
 	/usr/bin/python3 charts/chart_files.py
 
 # Renders the Helm chart for every values variant and checks it; needs only golang-go and
 # golang-github-masterminds-sprig-dev, not the C++ build.
 chart-test:
+	/usr/bin/python3 alerts/generate.py --check
+	/usr/bin/python3 grafana/generate.py --check
 	/usr/bin/python3 charts/chart_files.py --check
 	/usr/bin/python3 tests/chart/chart_test.py --build-dir $(BUILD_DIR)

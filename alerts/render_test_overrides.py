@@ -1,9 +1,8 @@
 #!/usr/bin/python3
-"""Writes a copy of dralens.rules.yaml with other `for:` durations, thresholds, node job name or
-runbook base, for end-to-end tests that cannot wait 15 minutes (or for a site's own tuning).
-
-Each alert's threshold is the number on the line of its expression that ends in "# threshold";
-its `for:` is the rule's own field. Nothing else is touched.
+"""Renders the rules of alerts/config.yaml with other `for:` durations, thresholds, node job name
+or runbook base, for end-to-end tests that cannot wait 15 minutes (or for a site's own tuning
+without the chart). It builds the rules the way alerts/generate.py does; only the settings
+named change.
 
   render_test_overrides.py --for 30s --threshold DralensPrepareSlow=0.5 -o /tmp/rules.yaml
   render_test_overrides.py --for DralensCapacityStranded=1m --node-job my-node-job
@@ -17,14 +16,10 @@ import os
 import re
 import sys
 
-import yaml
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import generate  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-THRESHOLD = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(\s*#\s*threshold\s*)$", re.M)
-DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 NUMBER = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
-NODE_JOB = 'job="dralens-node"'
-RUNBOOK = "alerts/runbook.md"
 
 
 def split_assignment(flag, text):
@@ -36,62 +31,63 @@ def split_assignment(flag, text):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rules", default=os.path.join(HERE, "dralens.rules.yaml"))
+    ap.add_argument("--config", default=generate.CONFIG)
     ap.add_argument("-o", "--output", default="-", help="output file (default stdout)")
     ap.add_argument("--for", dest="for_", action="append", default=[],
                     help="DURATION for every alert, or ALERT=DURATION")
     ap.add_argument("--threshold", action="append", default=[], help="ALERT=NUMBER")
     ap.add_argument("--node-job", help="job name of the node plugin targets")
-    ap.add_argument("--runbook-base", help=f"replaces {RUNBOOK} in every runbook_url")
+    ap.add_argument("--runbook-base", help="base URL of every runbook_url")
     ap.add_argument("--list", action="store_true", help="print each alert's for: and threshold")
     args = ap.parse_args()
 
-    doc = yaml.safe_load(open(args.rules, encoding="utf-8"))
-    alerts = {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    try:
+        config = generate.load(args.config)
+    except generate.ConfigError as e:
+        raise SystemExit(f"{args.config}: {e}")
+    alerts = {a["alert"]: a for a in generate.alerts(config)}
 
     if args.list:
-        for name, rule in alerts.items():
-            m = THRESHOLD.search(rule["expr"])
-            print(f"{name}\tfor={rule.get('for', '0s')}\tthreshold={m.group(1) if m else '-'}")
+        for name, a in alerts.items():
+            t = generate.format_number(a["threshold"]) if "threshold" in a else "-"
+            print(f"{name}\tfor={a['for']}\tthreshold={t}")
         return 0
 
-    all_for, per_alert_for = None, {}
+    overrides = {"for": {}, "threshold": {}}
+    all_for = None
     for item in args.for_:
         if "=" in item:
             name, value = split_assignment("--for", item)
-            per_alert_for[name] = value
+            overrides["for"][name] = value
         else:
             all_for = item
-    for value in [all_for] + list(per_alert_for.values()):
-        if value is not None and not DURATION.match(value):
+    for value in [all_for] + list(overrides["for"].values()):
+        if value is not None and not generate.DURATION.match(value):
             raise SystemExit(f"--for: {value!r} is not a Prometheus duration")
-    thresholds = dict(split_assignment("--threshold", t) for t in args.threshold)
-    for name, value in thresholds.items():
+    for t in args.threshold:
+        name, value = split_assignment("--threshold", t)
         if not NUMBER.match(value):
             raise SystemExit(f"--threshold {name}: {value!r} is not a number")
-    for name in list(per_alert_for) + list(thresholds):
+        overrides["threshold"][name] = float(value) if re.search(r"[.eE]", value) else int(value)
+    for name in list(overrides["for"]) + list(overrides["threshold"]):
         if name not in alerts:
             raise SystemExit(f"unknown alert {name!r} (known: {', '.join(sorted(alerts))})")
+    for name in overrides["threshold"]:
+        if "threshold" not in alerts[name]:
+            raise SystemExit(f"--threshold {name}: the alert has no threshold")
+    if all_for is not None:
+        overrides["for"] = {n: overrides["for"].get(n, all_for) for n in alerts}
+    if args.node_job:
+        node = config["selectors"]["node"]
+        if not re.search(r'job="[^"]*"', node):
+            raise SystemExit(f"--node-job: the node selector {node!r} names no job")
+        overrides["selectors"] = {"node": re.sub(r'job="[^"]*"', f'job="{args.node_job}"', node)}
+    if args.runbook_base:
+        overrides["runbookBaseUrl"] = args.runbook_base
 
-    for group in doc["groups"]:
-        for rule in group["rules"]:
-            if args.node_job:
-                rule["expr"] = rule["expr"].replace(NODE_JOB, f'job="{args.node_job}"')
-            name = rule.get("alert")
-            if name is None:
-                continue
-            if name in per_alert_for or all_for is not None:
-                rule["for"] = per_alert_for.get(name, all_for)
-            if name in thresholds:
-                expr, count = THRESHOLD.subn(lambda m: thresholds[name] + m.group(2), rule["expr"])
-                if count != 1:
-                    raise SystemExit(f"--threshold {name}: the alert has no '# threshold' line")
-                rule["expr"] = expr
-            if args.runbook_base:
-                ann = rule.get("annotations", {})
-                ann["runbook_url"] = ann["runbook_url"].replace(RUNBOOK, args.runbook_base)
-
-    text = yaml.safe_dump(doc, sort_keys=False, width=100, allow_unicode=True)
+    header = ("# dralens Prometheus rules rendered by alerts/render_test_overrides.py from "
+              "alerts/config.yaml\n# with: " + " ".join(sys.argv[1:]) + "\n")
+    text = generate.rules_text(generate.rules(config, overrides), header)
     if args.output == "-":
         sys.stdout.write(text)
     else:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Copies the dashboards (grafana/*.json) and the alert rule files (alerts/*.yaml holding a
-top-level `groups` list; promtool test files are left out) into charts/dralens/files/, because
-Helm reads nothing outside the chart. Copies that no longer have a source are removed.
+"""Copies the dashboards (grafana/*.json) into charts/dralens/files/dashboards/, because Helm
+reads nothing outside the chart. Copies that no longer have a source are removed. (The chart's
+rule file, files/alerts/, is written by alerts/generate.py from alerts/config.yaml.)
 
   chart_files.py            copy (what `make chart-files` runs)
   chart_files.py --check    change nothing; exit 1 naming every copy that is missing, differs
@@ -12,30 +12,15 @@ import pathlib
 import shutil
 import sys
 
-import yaml
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHART_FILES = ROOT / "charts" / "dralens" / "files"
-
-
-def is_rule_file(path):
-    try:
-        doc = yaml.safe_load(path.read_bytes())
-    except yaml.YAMLError as e:
-        raise SystemExit(f"{path}: not YAML: {e}")
-    return isinstance(doc, dict) and "groups" in doc and "tests" not in doc
 
 
 def pairs(root=ROOT, chart_files=CHART_FILES):
     """(source dir, copy dir, the sources that belong in the copy dir)."""
     grafana = root / "grafana"
-    alerts = root / "alerts"
     dashboards = sorted(grafana.glob("*.json")) if grafana.is_dir() else []
-    rules = sorted(p for p in alerts.glob("*.yaml") if is_rule_file(p)) if alerts.is_dir() else []
-    return [
-        (grafana, chart_files / "dashboards", dashboards, "*.json"),
-        (alerts, chart_files / "alerts", rules, "*.yaml"),
-    ]
+    return [(grafana, chart_files / "dashboards", dashboards, "*.json")]
 
 
 def check(root=ROOT, chart_files=CHART_FILES):

@@ -9,24 +9,6 @@
 
 namespace dralens::driver::discovery {
 
-absl::string_view ToString(HealthEventKind kind) {
-  return kind == HealthEventKind::kXid ? "xid" : "gpu_lost";
-}
-
-absl::string_view ToString(TimeSlice interval) {
-  switch (interval) {
-    case TimeSlice::kDefault:
-      return "Default";
-    case TimeSlice::kShort:
-      return "Short";
-    case TimeSlice::kMedium:
-      return "Medium";
-    case TimeSlice::kLong:
-      return "Long";
-  }
-  return "Unknown";
-}
-
 absl::StatusOr<DeviceSourcePtr> MakeDeviceSource(const DeviceSourceOptions& options) {
   if (options.kind == "simulated") {
     ASSIGN_OR_RETURN(SimulatedProfile profile, LoadSimulatedProfile(options.simulated_profile));

@@ -52,7 +52,7 @@ HealthMonitor::HealthMonitor(HealthMonitorOptions options, common::Clock& clock)
 
 HealthMonitor::~HealthMonitor() { Stop(); }
 
-void HealthMonitor::Start(discovery::DeviceSource& source) {
+void HealthMonitor::Start(discovery::HealthEventSource& source) {
   absl::MutexLock lock(&thread_mu_);
   if (thread_.joinable() || stopping_) {
     return;
@@ -72,7 +72,7 @@ void HealthMonitor::Stop() {
   }
 }
 
-void HealthMonitor::Run(discovery::DeviceSource& source) {
+void HealthMonitor::Run(discovery::HealthEventSource& source) {
   while (true) {
     {
       absl::MutexLock lock(&thread_mu_);

@@ -1,5 +1,5 @@
 // HealthMonitor: the health of every DRA device of the node (full GPUs and MIG devices, named as
-// the slices name them), fed by the DeviceSource's health events (reference nvml-and-mig.md §6,
+// the slices name them), fed by the device source's health events (reference nvml-and-mig.md §6,
 // dra-protocol.md §3 and §5.9).
 //
 // Rules:
@@ -47,7 +47,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "driver/discovery/device_source.h"
+#include "driver/discovery/health_events.h"
 #include "src/common/clock.h"
 #include "src/model/inventory.h"
 #include "src/model/resource.h"
@@ -99,7 +99,7 @@ class HealthMonitor {
 
   // Starts the thread that feeds `source`'s events into Apply(). `source` must outlive Stop().
   // At most once.
-  void Start(discovery::DeviceSource& source);
+  void Start(discovery::HealthEventSource& source);
   // Stops and joins the event thread (within about options.event_wait). Idempotent; also run by
   // the destructor.
   void Stop();
@@ -144,7 +144,7 @@ class HealthMonitor {
   bool RecomputeLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildDevicesLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NotifyChanged() ABSL_LOCKS_EXCLUDED(mu_, callbacks_mu_);
-  void Run(discovery::DeviceSource& source);
+  void Run(discovery::HealthEventSource& source);
 
   const HealthMonitorOptions options_;
   common::Clock& clock_;

@@ -44,20 +44,20 @@ void MigMetrics::Record(MigOperation operation, bool ok, absl::Duration took) {
   durations[IndexOf(operation)]->Observe(absl::ToDoubleSeconds(took));
 }
 
-MigManager::MigManager(discovery::DeviceSource& source, MigMetrics& metrics, common::Clock& clock,
-                       MigLayoutListener& layout)
-    : source_(source), metrics_(metrics), clock_(clock), layout_(layout) {}
+MigManager::MigManager(discovery::GpuDiscovery& discovery, discovery::MigControl& control,
+                       MigMetrics& metrics, common::Clock& clock, MigLayoutListener& layout)
+    : discovery_(discovery), control_(control), metrics_(metrics), clock_(clock), layout_(layout) {}
 
 absl::StatusOr<model::MigDevice> MigManager::Create(const CheckpointDevice::DynamicMig& mig) {
   const absl::Time start = clock_.Now();
   absl::StatusOr<model::MigDevice> created =
-      source_.CreateMigDevice(mig.parent_uuid, mig.profile, mig.placement_start);
+      control_.CreateMigDevice(mig.parent_uuid, mig.profile, mig.placement_start);
   if (absl::IsUnimplemented(created.status())) {
     // NVML's NOT_SUPPORTED here means MIG mode is off: dynamic MIG turns it on (Hopper and
     // later apply it at once).
     RETURN_IF_ERROR(
-        WithReason(source_.SetMigMode(mig.parent_uuid, true), FailureReason::kMigError));
-    created = source_.CreateMigDevice(mig.parent_uuid, mig.profile, mig.placement_start);
+        WithReason(control_.SetMigMode(mig.parent_uuid, true), FailureReason::kMigError));
+    created = control_.CreateMigDevice(mig.parent_uuid, mig.profile, mig.placement_start);
   }
   metrics_.Record(MigOperation::kCreate, created.ok(), clock_.Now() - start);
   if (!created.ok()) {
@@ -76,7 +76,7 @@ absl::Status MigManager::Destroy(const CheckpointDevice::DynamicMig& mig) {
   } else {
     // Created (maybe) but not recorded: whatever sits at the placement is ours, because the
     // device lock and the checkpoint keep any other claim off it.
-    absl::StatusOr<model::Inventory> now = source_.Discover();
+    absl::StatusOr<model::Inventory> now = discovery_.Discover();
     if (!now.ok()) {
       return WithReason(common::Annotate(now.status(), "look for MIG instances to destroy"),
                         FailureReason::kMigError);
@@ -89,8 +89,10 @@ absl::Status MigManager::Destroy(const CheckpointDevice::DynamicMig& mig) {
   }
   for (const auto& [gi, ci] : instances) {
     const absl::Time start = clock_.Now();
-    absl::Status destroyed = source_.DestroyMigInstance(mig.parent_uuid, gi, ci);
-    const bool gone = destroyed.ok() || absl::IsNotFound(destroyed);
+    absl::Status destroyed = control_.DestroyMigInstance(mig.parent_uuid, gi, ci);
+    // NotFound: destroyed already; Unimplemented: the GPU is not in MIG mode, so no instance is.
+    const bool gone =
+        destroyed.ok() || absl::IsNotFound(destroyed) || absl::IsUnimplemented(destroyed);
     metrics_.Record(MigOperation::kDestroy, gone, clock_.Now() - start);
     if (!gone) {
       return WithReason(
@@ -110,7 +112,7 @@ absl::StatusOr<int> MigManager::Reclaim(const model::Inventory& discovered,
     if (owned.count({d.parent_uuid, d.gi_id, d.ci_id}) > 0) {
       continue;
     }
-    absl::Status s = source_.DestroyMigInstance(d.parent_uuid, d.gi_id, d.ci_id);
+    absl::Status s = control_.DestroyMigInstance(d.parent_uuid, d.gi_id, d.ci_id);
     if (s.ok()) {
       ++destroyed;
       DLOG(kWarn, kComponent, "destroyed a MIG instance no prepared claim owns",
@@ -132,7 +134,7 @@ absl::StatusOr<int> MigManager::Reclaim(const model::Inventory& discovered,
 }
 
 void MigManager::PublishLayout() {
-  absl::StatusOr<model::Inventory> now = source_.Discover();
+  absl::StatusOr<model::Inventory> now = discovery_.Discover();
   if (!now.ok()) {
     DLOG(kWarn, kComponent, "MIG layout not refreshed", {{"error", now.status().message()}});
     return;

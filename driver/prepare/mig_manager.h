@@ -4,7 +4,8 @@
 //   Create   the instance a dynamic MIG device stands for, turning MIG mode on when the GPU
 //            reports it off (NVML's NOT_SUPPORTED);
 //   Destroy  by its recorded ids, or whatever instance sits at its placement when the ids were
-//            never recorded (a crash between create and record); already gone is success;
+//            never recorded (a crash between create and record); already gone (NotFound, or the
+//            GPU no longer in MIG mode) is success;
 //   Reclaim  at start, every instance no prepared claim owns;
 // and, after any of them, tells the layout listener what the GPUs look like now (the MIG
 // series follow from that).
@@ -25,7 +26,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "driver/discovery/device_source.h"
+#include "driver/discovery/gpu_discovery.h"
+#include "driver/discovery/mig_control.h"
 #include "driver/prepare/checkpoint.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -64,8 +66,10 @@ using MigInstanceId = std::tuple<std::string, uint32_t, uint32_t>;
 class MigManager {
  public:
   // Not owned; all must outlive the manager.
-  MigManager(discovery::DeviceSource& source, MigMetrics& metrics, common::Clock& clock,
-             MigLayoutListener& layout);
+  // `control` creates and destroys; `discovery` finds instances by placement and tells the
+  // layout afterwards.
+  MigManager(discovery::GpuDiscovery& discovery, discovery::MigControl& control,
+             MigMetrics& metrics, common::Clock& clock, MigLayoutListener& layout);
 
   // Errors carry FailureReason kMigError and name the profile, placement and GPU.
   absl::StatusOr<model::MigDevice> Create(const CheckpointDevice::DynamicMig& mig);
@@ -79,7 +83,8 @@ class MigManager {
   void PublishLayout();
 
  private:
-  discovery::DeviceSource& source_;
+  discovery::GpuDiscovery& discovery_;
+  discovery::MigControl& control_;
   MigMetrics& metrics_;
   common::Clock& clock_;
   MigLayoutListener& layout_;

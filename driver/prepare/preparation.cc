@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<Preparation>> Preparation::Create(
   p->journal_ =
       std::make_unique<CheckpointJournal>(store, *p->journal_metrics_, p->loaded_.checkpoint);
   p->ledger_ = std::make_unique<ClaimLedger>(*p->journal_, *p->ledger_metrics_, *p->view_);
-  p->mig_ = std::make_unique<MigManager>(source, *p->mig_metrics_, sinks.clock, *p->view_);
+  p->mig_ = std::make_unique<MigManager>(source, source, *p->mig_metrics_, sinks.clock, *p->view_);
   p->sharing_ = std::make_unique<SharingApplier>(source, mps, options.mps_root);
 
   ClaimStatusWriter* status = &p->no_status_;

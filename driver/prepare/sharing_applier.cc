@@ -96,9 +96,9 @@ void SharingMetrics::Record(sharing::SharingStrategy strategy, SharingOutcome ou
   decisions[static_cast<int>(strategy)][static_cast<int>(outcome)]->Increment();
 }
 
-SharingApplier::SharingApplier(discovery::DeviceSource& source, sharing::MpsControl& mps,
+SharingApplier::SharingApplier(discovery::TimeSliceControl& time_slices, sharing::MpsControl& mps,
                                std::string mps_root)
-    : source_(source), mps_(mps), mps_root_(std::move(mps_root)) {}
+    : time_slices_(time_slices), mps_(mps), mps_root_(std::move(mps_root)) {}
 
 absl::StatusOr<CdiContainerEdits> SharingApplier::Apply(const std::string& uid,
                                                         const CheckpointDevice& device,
@@ -116,7 +116,7 @@ absl::StatusOr<CdiContainerEdits> SharingApplier::Apply(const std::string& uid,
         return edits;  // a MIG device has no interval: processes share it as is
       }
       RETURN_IF_ERROR(
-          common::Annotate(source_.SetTimeSlice(device.uuid, config.interval),
+          common::Annotate(time_slices_.SetTimeSlice(device.uuid, config.interval),
                            absl::StrCat("set time slice ", discovery::ToString(config.interval),
                                         " on ", device.uuid)));
       return edits;
@@ -161,10 +161,10 @@ absl::Status SharingApplier::Release(const std::string& uid,
     }
     if (d.sharing->config.mode == sharing::SharingMode::kTimeSlicing &&
         d.type == model::DeviceType::kGpu) {
-      RETURN_IF_ERROR(
-          WithReason(common::Annotate(source_.SetTimeSlice(d.uuid, discovery::TimeSlice::kDefault),
-                                      absl::StrCat("reset time slice on ", d.uuid)),
-                     FailureReason::kSharingError));
+      RETURN_IF_ERROR(WithReason(
+          common::Annotate(time_slices_.SetTimeSlice(d.uuid, discovery::TimeSlice::kDefault),
+                           absl::StrCat("reset time slice on ", d.uuid)),
+          FailureReason::kSharingError));
     }
     if (d.sharing->config.mode == sharing::SharingMode::kMps) {
       RETURN_IF_ERROR(WithReason(

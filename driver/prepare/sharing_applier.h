@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "driver/discovery/device_source.h"
+#include "driver/discovery/time_slice_control.h"
 #include "driver/prepare/cdi.h"
 #include "driver/prepare/checkpoint.h"
 #include "driver/sharing/mps.h"
@@ -61,7 +61,8 @@ struct SharingMetrics {
 class SharingApplier {
  public:
   // `mps_root` is absolute (MPS directories go under it). Not owned; both must outlive it.
-  SharingApplier(discovery::DeviceSource& source, sharing::MpsControl& mps, std::string mps_root);
+  SharingApplier(discovery::TimeSliceControl& time_slices, sharing::MpsControl& mps,
+                 std::string mps_root);
 
   // Applies the recorded decision of `device`, the claim `uid`'s `ordinal`-th device (its CUDA
   // ordinal in the container); `host_index` is the GPU's NVML index (-1: none). Returns the
@@ -74,7 +75,7 @@ class SharingApplier {
                        const Checkpoint& holders);
 
  private:
-  discovery::DeviceSource& source_;
+  discovery::TimeSliceControl& time_slices_;
   sharing::MpsControl& mps_;
   const std::string mps_root_;
 };

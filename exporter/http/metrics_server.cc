@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 
@@ -222,7 +223,16 @@ absl::Status MetricsServer::Start(const std::string& address,
     server_.reset();
     return absl::UnavailableError(absl::StrCat("metrics server: cannot listen on ", address));
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  listen_returned_ = false;
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    listen_returned_ = true;
+  });
+  // httplib's stop() does nothing until the listen loop runs, so a Stop() that came first would
+  // leave the thread in accept() and the join hanging; wait for the loop (or its early end).
+  while (!server_->is_running() && !listen_returned_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   DLOG(kInfo, "http", "serving metrics",
        {{"address", host},
         {"port", port_},

@@ -12,6 +12,7 @@
 // for the kubelet's probes and reveal nothing.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -85,6 +86,7 @@ class MetricsServer {
   std::mutex token_mu_;
   std::string token_;  // guarded by token_mu_
   std::thread thread_;
+  std::atomic<bool> listen_returned_{false};  // set by thread_ when the listen loop ended
   int port_ = 0;
 };
 

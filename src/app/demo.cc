@@ -8,6 +8,9 @@
 // (prometheus_child.h), and prints how to look at it all with kubectl and curl. At a fixed point
 // of the run the simulated GPU source of one A100 node reports a critical Xid, so device health,
 // taints and stranded unhealthy capacity have data too.
+//
+// The banner is the first thing on the terminal: the log goes to demo.log in the demo's
+// temporary directory, and only warnings and errors (every line with --verbose) to stderr too.
 #include <stdlib.h>
 
 #include <cstdio>
@@ -90,6 +93,20 @@ std::string NodeMetricsAddress(const std::string& demo_address, int i) {
   return absl::StrCat(host, ":", port + 1 + i);
 }
 
+// Removes the demo's temporary directory; after a failed start it keeps the log for the user.
+void RemoveScratch(const std::string& scratch, const std::string& keep) {
+  std::error_code ec;
+  if (keep.empty()) {
+    std::filesystem::remove_all(scratch, ec);
+    return;
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(scratch, ec)) {
+    if (entry.path() != keep) {
+      std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+}
+
 std::string ExecutableDir() {
   std::error_code ec;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -170,9 +187,25 @@ int RunDemo(const FlagValues& flags) {
   const std::string otlp_endpoint =
       flags.Source("otlp-endpoint") == "flag" ? flags.Get("otlp-endpoint") : "";
   k8s::RestConfig api_config;
-  std::string scratch;  // the demo's temporary directory, removed at the end
   int nodes = 2;
   (void)absl::SimpleAtoi(flags.Get("demo-nodes"), &nodes);
+
+  // The demo's temporary directory, removed at the end; the log goes there from the start.
+  char tmpl[] = "/tmp/dralens-demo-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    DLOG(kError, "demo", "exiting",
+         {{"error", "create the demo's temporary directory under /tmp"}});
+    return 1;
+  }
+  const std::string scratch = tmpl;
+  const std::string log_path = absl::StrCat(scratch, "/demo.log");
+  if (absl::Status s = common::SetLogFile(
+          log_path, flags.GetBool("verbose") ? common::LogLevel::kDebug : common::LogLevel::kWarn);
+      !s.ok()) {
+    DLOG(kError, "demo", "exiting", {{"error", s.message()}});
+    RemoveScratch(scratch, "");
+    return 1;
+  }
 
   std::vector<Step> startup = {
       {"start the embedded API server",
@@ -205,11 +238,6 @@ int RunDemo(const FlagValues& flags) {
        }},
       {"start the simulated nodes",
        [&]() -> absl::Status {
-         char tmpl[] = "/tmp/dralens-demo-XXXXXX";
-         if (mkdtemp(tmpl) == nullptr) {
-           return absl::InternalError("create the demo's temporary directory under /tmp");
-         }
-         scratch = tmpl;
          for (int i = 0; i < nodes; ++i) {
            auto sim_node = std::make_unique<SimulatedNode>();
            SimulatedNode& n = *sim_node;
@@ -370,6 +398,10 @@ int RunDemo(const FlagValues& flags) {
                prometheus->url().c_str(), prometheus->url().c_str(), prometheus->url().c_str(),
                prometheus->config_path().c_str(), prometheus->log_path().c_str());
          }
+         std::printf("\n  log:  %s   (%s)\n", log_path.c_str(),
+                     flags.GetBool("verbose")
+                         ? "every line also shows below"
+                         : "warnings and errors also show below; -v shows every line");
          std::printf("\nPress Ctrl-C to stop.\n\n");
          std::fflush(stdout);
          return absl::OkStatus();
@@ -422,10 +454,6 @@ int RunDemo(const FlagValues& flags) {
            n->telemetry.Shutdown();
          }
          sim_nodes.clear();
-         if (!scratch.empty()) {
-           std::error_code ec;
-           std::filesystem::remove_all(scratch, ec);
-         }
          return absl::OkStatus();
        }},
       {"stop the cluster role",
@@ -446,10 +474,11 @@ int RunDemo(const FlagValues& flags) {
   };
   absl::Status s = RunLifecycle("demo", startup, teardown);
   if (!s.ok()) {
-    DLOG(kError, "demo", "exiting", {{"error", s.message()}});
-    return 1;
+    DLOG(kError, "demo", "exiting", {{"error", s.message()}, {"log", log_path}});
   }
-  return 0;
+  common::CloseLogFile();
+  RemoveScratch(scratch, s.ok() ? "" : log_path);
+  return s.ok() ? 0 : 1;
 }
 
 }  // namespace dralens::app

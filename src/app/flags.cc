@@ -293,8 +293,19 @@ std::vector<FlagSpec> BuildFlags() {
                {Role::kCluster},
                CheckNonNegativeNumber});
   f.push_back({"log-level", "DRALENS_LOG_LEVEL", "info",
-               "Lowest level written to stderr: debug, info, warn or error.", all,
-               OneOf({"debug", "info", "warn", "error"})});
+               "Lowest level logged: debug, info, warn or error. Lines go to stderr; the "
+               "demo's go to its log file (see `--verbose`).",
+               all, OneOf({"debug", "info", "warn", "error"})});
+  f.push_back({"verbose",
+               "DRALENS_VERBOSE",
+               "false",
+               "The demo writes its log to `demo.log` in its temporary directory (the banner "
+               "names it) and only warnings and errors to the terminal; `--verbose` (`-v`) "
+               "writes every line to the terminal as well.",
+               {Role::kDemo},
+               OneOf({"true", "false"}),
+               /*is_bool=*/true,
+               /*short_name=*/'v'});
   return f;
 }
 
@@ -380,7 +391,14 @@ absl::StatusOr<FlagValues> ParseFlags(Role role, const std::vector<std::string>&
   }
   // Then the command line.
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
+    std::string arg = args[i];
+    if (arg.size() == 2 && arg[0] == '-' && arg[1] != '-') {
+      for (const FlagSpec& spec : AllFlags()) {
+        if (spec.short_name == arg[1] && RoleAccepts(spec, role)) {
+          arg = absl::StrCat("--", spec.name);
+        }
+      }
+    }
     if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg,
                                                      "\" for `dralens ", ToString(role),
@@ -446,7 +464,11 @@ std::string RoleHelp(Role role) {
     if (!RoleAccepts(spec, role)) {
       continue;
     }
-    absl::StrAppend(&out, "  --", spec.name, " (", spec.env, ")");
+    absl::StrAppend(&out, "  ");
+    if (spec.short_name != 0) {
+      absl::StrAppend(&out, "-", std::string(1, spec.short_name), ", ");
+    }
+    absl::StrAppend(&out, "--", spec.name, " (", spec.env, ")");
     if (!spec.default_value.empty()) {
       absl::StrAppend(&out, "  default: ", spec.default_value);
     }
@@ -478,7 +500,9 @@ std::string FlagReferenceMarkdown() {
     for (Role r : spec.roles) {
       roles.emplace_back(ToString(r));
     }
-    absl::StrAppend(&out, "| `--", spec.name, "` | `", spec.env, "` | ",
+    const std::string short_form =
+        spec.short_name == 0 ? "" : absl::StrCat(" (`-", std::string(1, spec.short_name), "`)");
+    absl::StrAppend(&out, "| `--", spec.name, "`", short_form, " | `", spec.env, "` | ",
                     spec.default_value.empty() ? "" : absl::StrCat("`", spec.default_value, "`"),
                     " | ", absl::StrJoin(roles, ", "), " | ", spec.help, " |\n");
   }

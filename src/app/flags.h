@@ -29,6 +29,7 @@ struct FlagSpec {
   // Checks a value; returns a message saying what is allowed, or "" when it is fine.
   std::function<std::string(absl::string_view)> check;
   bool is_bool = false;  // may be given without a value: --flag means --flag=true
+  char short_name = 0;   // a boolean flag's one-letter form, e.g. 'v' for -v; 0 means none
 };
 
 // All flags, in --help order.

@@ -1,8 +1,11 @@
 #include "src/common/log.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "absl/strings/ascii.h"
@@ -15,6 +18,23 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::mutex g_sink_mu;
 std::function<void(const std::string&)>* g_sink = nullptr;  // guarded by g_sink_mu
+int g_file = -1;                                            // guarded by g_sink_mu
+LogLevel g_terminal_level = LogLevel::kDebug;               // guarded by g_sink_mu
+
+// One write(2) per line keeps lines from interleaving across threads and processes.
+void WriteAll(int fd, const std::string& line) {
+  size_t off = 0;
+  while (off < line.size()) {
+    ssize_t n = ::write(fd, line.data() + off, line.size() - off);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+}
 
 bool NeedsQuoting(absl::string_view v) {
   if (v.empty()) {
@@ -114,6 +134,29 @@ void SetLogSinkForTest(std::function<void(const std::string& line)> sink) {
   g_sink = sink ? new std::function<void(const std::string&)>(std::move(sink)) : nullptr;
 }
 
+absl::Status SetLogFile(const std::string& path, LogLevel terminal_level) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("open log file ", path, ": ", std::strerror(errno)));
+  }
+  std::lock_guard<std::mutex> lock(g_sink_mu);
+  if (g_file >= 0) {
+    ::close(g_file);
+  }
+  g_file = fd;
+  g_terminal_level = terminal_level;
+  return absl::OkStatus();
+}
+
+void CloseLogFile() {
+  std::lock_guard<std::mutex> lock(g_sink_mu);
+  if (g_file >= 0) {
+    ::close(g_file);
+  }
+  g_file = -1;
+  g_terminal_level = LogLevel::kDebug;
+}
+
 void Log(LogLevel level, absl::string_view component, absl::string_view message,
          const std::vector<LogField>& fields) {
   if (static_cast<int>(level) < g_level.load()) {
@@ -121,22 +164,17 @@ void Log(LogLevel level, absl::string_view component, absl::string_view message,
   }
   const std::string ts = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
   std::string line = FormatLogLine(ts, level, component, message, fields);
-  {
-    std::lock_guard<std::mutex> lock(g_sink_mu);
-    if (g_sink != nullptr) {
-      (*g_sink)(line);
-      return;
-    }
+  std::lock_guard<std::mutex> lock(g_sink_mu);
+  if (g_sink != nullptr) {
+    (*g_sink)(line);
+    return;
   }
   line.push_back('\n');
-  // One write(2) per line keeps lines from interleaving across threads.
-  size_t off = 0;
-  while (off < line.size()) {
-    ssize_t n = ::write(STDERR_FILENO, line.data() + off, line.size() - off);
-    if (n <= 0) {
-      break;
-    }
-    off += static_cast<size_t>(n);
+  if (g_file >= 0) {
+    WriteAll(g_file, line);
+  }
+  if (g_file < 0 || level >= g_terminal_level) {
+    WriteAll(STDERR_FILENO, line);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -43,6 +44,13 @@ void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();
 // Redirects every line to `sink` (tests); nullptr restores stderr.
 void SetLogSinkForTest(std::function<void(const std::string& line)> sink);
+
+// Writes every line to the file at `path` as well (appending; created with mode 0600), and only
+// lines at `terminal_level` and above to stderr. Replaces an earlier log file; the error names
+// the file when it cannot be opened, and nothing changes then.
+absl::Status SetLogFile(const std::string& path, LogLevel terminal_level);
+// Closes the log file; every line goes to stderr again.
+void CloseLogFile();
 
 void Log(LogLevel level, absl::string_view component, absl::string_view message,
          const std::vector<LogField>& fields = {});

@@ -1,7 +1,7 @@
 // The metric catalogue: every metric family dralens exports, with its type, label names and
 // help, in one table. Components build their families from it (BuildCounter/... below), so a
-// family cannot exist without an entry, and the README's metric reference is generated from it
-// (a test keeps the two in step).
+// family cannot exist without an entry, and the metric reference in docs/metrics.md is
+// generated from it (a test keeps the two in step).
 #pragma once
 
 #include <string>
@@ -35,7 +35,7 @@ struct MetricSpec {
   Stability stability = Stability::kAlpha;
 };
 
-// Every family, grouped by subsystem, in README order.
+// Every family, grouped by subsystem, in the order of docs/metrics.md.
 const std::vector<MetricSpec>& Catalog();
 
 // The entry for `name`. An unknown name is a programming error: it throws std::logic_error so
@@ -54,7 +54,7 @@ prometheus::Family<prometheus::Histogram>& BuildHistogram(prometheus::Registry& 
 // the kubelet's 45 s deadline; the top buckets show by how much).
 const prometheus::Histogram::BucketBoundaries& DurationBuckets();
 
-// The README table: | metric | type | labels | roles | stability | description |.
+// The docs/metrics.md table: | metric | type | labels | roles | stability | description |.
 std::string CatalogMarkdown();
 
 }  // namespace dralens::telemetry

@@ -5,7 +5,7 @@
 // NodePrepareResources calls at once, one claim per call as N pods starting together, while S
 // scrapers fetch /metrics in a loop; then all N NodeUnprepareResources calls at once. Prints
 // p50/p99/max latency of prepare, unprepare and scrape, the errors, and the node's peak RSS
-// (VmHWM). Not a test: it prints figures for the README.
+// (VmHWM). Not a test: it prints figures for docs/reliability.md.
 //
 //   ./build/tests/bench/load_driver [--claims=1000] [--scrapers=50]
 #include <grpcpp/grpcpp.h>

@@ -6,7 +6,7 @@
 // updates: pods starting and stopping (50 %), claims allocated and released (40 %), a taint
 // set and cleared on a slice (5 %), nodes going NotReady and back (5 %). Prints events per
 // second, per-kind latency percentiles, the render time of the resulting /metrics and the
-// peak RSS of the process. Not a test: it prints figures for the README.
+// peak RSS of the process. Not a test: it prints figures for docs/reliability.md.
 //
 //   ./build/tests/bench/storm_driver [--nodes=200] [--events=1000000]
 #include <sys/resource.h>

@@ -5,7 +5,8 @@ comes out: well-formed objects, least-privilege RBAC, node flags and mounts agai
 contract in the README, monitoring objects equal to the files they are built from, and that every
 values.yaml key is documented, used by a template and validated by values.schema.json.
 
-Usage: chart_test.py [--build-dir DIR] [--shared-dir DIR] [unittest args]
+Usage: chart_test.py [--build-dir DIR] [unittest args]
+       chart_test.py --print-values-table | --write-values-table
 The renderer is built into --build-dir (default: a temporary directory) with the Debian Go
 packages in GOPATH mode; nothing is fetched.
 """
@@ -28,9 +29,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "dralens"
 HERE = ROOT / "tests" / "chart"
 sys.path.insert(0, str(ROOT / "charts"))
+sys.path.insert(0, str(ROOT / "alerts"))
 import chart_files  # noqa: E402
+import generate as alerts_generate  # noqa: E402
 
-ARGS = argparse.Namespace(build_dir=None, shared_dir=None)
+ARGS = argparse.Namespace(build_dir=None)
 RENDER = None
 NAMESPACE = "dralens-system"
 
@@ -131,6 +134,16 @@ def load_values(files=()):
 
 def schema():
     return json.loads((CHART / "values.schema.json").read_text())
+
+
+def alert_overrides(alert_values):
+    """The chart's alerts.* values as alerts/generate.py overrides."""
+    out = {"runbookBaseUrl": alert_values["runbookBaseUrl"]}
+    for name, settings in alert_values.items():
+        if isinstance(settings, dict):
+            for key, value in settings.items():
+                out.setdefault(key, {})[name] = value
+    return out
 
 
 def by_kind(docs, kind):
@@ -528,7 +541,6 @@ class ChartTest(unittest.TestCase):
                         self.assertEqual(ref, {"name": values["headersSecret"]["name"], "key": values["headersSecret"]["key"]})
 
     def test_deviceclasses_validate_against_the_openapi_document(self):
-        shared = ARGS.shared_dir or os.environ.get("DRALENS_SHARED_DIR") or str(ROOT.parent / "shared")
         for name, files in variants():
             with self.subTest(variant=name):
                 values = load_values(files)
@@ -543,8 +555,8 @@ class ChartTest(unittest.TestCase):
                         json.dump(dc, f)
                         f.flush()
                         res = subprocess.run(
-                            ["/usr/bin/python3", str(ROOT / "tests/schema/validate_openapi.py"), "--shared-dir",
-                             shared, "io.k8s.api.resource.v1.DeviceClass", f.name], capture_output=True, text=True)
+                            ["/usr/bin/python3", str(ROOT / "tests/schema/validate_openapi.py"),
+                             "io.k8s.api.resource.v1.DeviceClass", f.name], capture_output=True, text=True)
                         self.assertEqual(res.returncode, 0, res.stderr)
 
     def test_monitoring_objects_hold_their_files_byte_for_byte(self):
@@ -561,7 +573,8 @@ class ChartTest(unittest.TestCase):
         boards = sorted((chart / "files/dashboards").glob("*.json")) if (chart / "files/dashboards").is_dir() else []
         for name, files in variants():
             with self.subTest(chart=str(chart), variant=name):
-                values = load_values(files)["monitoring"]
+                all_values = load_values(files)
+                values = all_values["monitoring"]
                 text, docs = render(files, chart)
                 prs = by_kind(docs, "PrometheusRule")
                 cms = by_kind(docs, "ConfigMap")
@@ -570,12 +583,18 @@ class ChartTest(unittest.TestCase):
                 for src in rules if prs else []:
                     suffix = "-" + src.stem.lower().replace("_", "-")
                     pr = one(prs, "PrometheusRule", suffix)
-                    raw = src.read_text()
-                    self.assertEqual(pr["spec"], yaml.safe_load(raw), src.name)
-                    # Helm's nindent pads every line, blank ones included.
-                    indented = "".join("  " + line
-                                       for line in raw.rstrip("\n").splitlines(True))
-                    self.assertIn("spec:\n" + indented + "\n", text, f"{src.name} is not in the rule verbatim")
+                    if chart == CHART:
+                        # The chart applies alerts.* to its copy of every alert; the generator
+                        # builds the same rules from alerts/config.yaml on its own.
+                        expected = alerts_generate.rules(
+                            alerts_generate.load(), alert_overrides(all_values["alerts"]))
+                        self.assertEqual(pr["spec"], expected, f"{src.name} with the alerts.* values")
+                        if name == "default":
+                            self.assertEqual(pr["spec"], yaml.safe_load((ROOT / "alerts/dralens.rules.yaml").read_text()),
+                                             "the default PrometheusRule is not alerts/dralens.rules.yaml")
+                    else:
+                        # Alerts that no alerts.* value names pass through unchanged.
+                        self.assertEqual(pr["spec"], yaml.safe_load(src.read_text()), src.name)
                     for k, v in values["prometheusRule"]["additionalLabels"].items():
                         self.assertEqual(pr["metadata"]["labels"][k], v)
                 by_file = {next(iter(cm["data"])): cm for cm in cms}
@@ -600,15 +619,12 @@ class ChartTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             root = pathlib.Path(tmp)
             (root / "grafana").mkdir()
-            (root / "alerts").mkdir()
             (root / "grafana/a.json").write_text('{"title": "a"}\n')
-            (root / "alerts/rules.yaml").write_text("groups: []\n")
-            (root / "alerts/rules_test.yaml").write_text("rule_files: [rules.yaml]\ntests: []\n")
+            (root / "grafana/b.json").write_text('{"title": "b"}\n')
             files = root / "charts/dralens/files"
             self.assertEqual(len(chart_files.check(root, files)), 2)  # both copies missing
             chart_files.copy(root, files)
             self.assertEqual(chart_files.check(root, files), [])
-            self.assertFalse((files / "alerts/rules_test.yaml").exists(), "promtool tests are not rules")
             (files / "dashboards/a.json").write_text('{"title": "b"}\n')
             self.assertIn("differs", " ".join(chart_files.check(root, files)))
             chart_files.copy(root, files)
@@ -616,7 +632,7 @@ class ChartTest(unittest.TestCase):
             self.assertIn("stale", " ".join(chart_files.check(root, files)))
             chart_files.copy(root, files)
             self.assertFalse((files / "dashboards/old.json").exists())
-        self.assertEqual(chart_files.check(), [], "the chart's copies differ from alerts/ and grafana/: run make chart-files")
+        self.assertEqual(chart_files.check(), [], "the chart's copies differ from grafana/: run make generate")
 
     def test_every_key_is_documented_used_and_validated(self):
         text = (CHART / "values.yaml").read_text()
@@ -688,6 +704,43 @@ class ChartTest(unittest.TestCase):
         self.assertIsNotNone(m, "charts/dralens/README.md has no values markers")
         self.assertEqual(m.group(1), table, "the values table drifted; paste:\n" + table)
 
+    def test_default_image_is_the_image_make_image_builds(self):
+        """Both roles run the image `make image` and the Dockerfile build: the Makefile's
+        repository, tagged with appVersion, which is the version the binary reports (the CMake
+        project version) and the image's version label; the command resolves on the image's
+        PATH to its entrypoint."""
+        app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+        cmake = re.search(r"^project\(dralens VERSION (\S+)",
+                          (ROOT / "CMakeLists.txt").read_text(), re.M).group(1)
+        self.assertEqual(app_version, cmake, "Chart.yaml appVersion != CMake project version")
+        docker_label = re.search(r'org\.opencontainers\.image\.version="([^"]+)"',
+                                 (ROOT / "Dockerfile").read_text()).group(1)
+        self.assertEqual(docker_label, app_version, "the Dockerfile's version label")
+        repository = re.search(r"^IMAGE_REPOSITORY \?= (\S+)$",
+                               (ROOT / "Makefile").read_text(), re.M).group(1)
+        self.assertIn("ENTRYPOINT [\"/usr/bin/dralens\"]", (ROOT / "Dockerfile").read_text())
+        for name, files in variants():
+            if any("image" in (yaml.safe_load(pathlib.Path(f).read_text()) or {}) for f in files):
+                continue  # a variant that picks its own image
+            with self.subTest(variant=name):
+                _, docs = render(files)
+                workloads = by_kind(docs, "DaemonSet") + by_kind(docs, "Deployment")
+                self.assertEqual(len(workloads), 2)
+                for w in workloads:
+                    c = w["spec"]["template"]["spec"]["containers"][0]
+                    self.assertEqual(c["image"], f"{repository}:{app_version}", w["kind"])
+                    self.assertIn(c["command"], (["dralens"], ["/usr/bin/dralens"]), w["kind"])
+        _, docs = render([self.write({"image": {"tag": "0.2.0-rc.1"}})])
+        for w in by_kind(docs, "DaemonSet") + by_kind(docs, "Deployment"):
+            self.assertEqual(w["spec"]["template"]["spec"]["containers"][0]["image"],
+                             f"{repository}:0.2.0-rc.1")
+        digest = "sha256:" + "ab" * 32
+        _, docs = render([self.write({"image": {"repository": "registry.example/dralens",
+                                                "tag": "ignored", "digest": digest}})])
+        for w in by_kind(docs, "DaemonSet") + by_kind(docs, "Deployment"):
+            self.assertEqual(w["spec"]["template"]["spec"]["containers"][0]["image"],
+                             f"registry.example/dralens@{digest}")
+
     def test_renderer_follows_helm_semantics(self):
         """The renderer's built-ins on a chart made to exercise them, against output worked out
         from Helm's rules: toYaml drops the trailing newline and sorts keys, numbers from
@@ -715,12 +768,24 @@ def main():
     global RENDER
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--build-dir")
-    parser.add_argument("--shared-dir")
     parser.add_argument("--print-values-table", action="store_true")
+    parser.add_argument("--write-values-table", action="store_true",
+                        help="refresh the table in charts/dralens/README.md (make generate)")
     args, rest = parser.parse_known_args()
-    ARGS.build_dir, ARGS.shared_dir = args.build_dir, args.shared_dir
+    ARGS.build_dir = args.build_dir
     if args.print_values_table:
         sys.stdout.write(values_table((CHART / "values.yaml").read_text()))
+        return 0
+    if args.write_values_table:
+        readme = CHART / "README.md"
+        text = readme.read_text()
+        table = values_table((CHART / "values.yaml").read_text())
+        new, n = re.subn(r"(<!-- values:begin -->\n).*?(<!-- values:end -->)",
+                         lambda m: m.group(1) + table + m.group(2), text, flags=re.S)
+        if n != 1:
+            print(f"{readme}: no values:begin/values:end markers", file=sys.stderr)
+            return 1
+        readme.write_text(new)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         RENDER = build_renderer(args.build_dir or tmp)

@@ -379,7 +379,8 @@ def main():
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
         "OTEL_BSP_SCHEDULE_DELAY": "500",
     })
-    argv = [args.dralens, "demo", "--with-prometheus",
+    # -v: the demo's whole log on its output, which a failure prints.
+    argv = [args.dralens, "demo", "-v", "--with-prometheus",
             f"--prometheus-binary={args.prometheus}",
             f"--prometheus-rules={rules}",
             f"--prometheus-dcgm-targets={dcgm.target}",

@@ -1,10 +1,14 @@
 // Runs the real dralens binary: CLI errors, the demo's embedded API server with the real kubectl,
 // and the node and cluster roles against it through a kubeconfig.
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +22,7 @@ namespace {
 using ::dralens::testing::RunToCompletion;
 using ::dralens::testing::Subprocess;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kBinary = DRALENS_BINARY;
 
@@ -28,6 +33,19 @@ int Capture(const std::string& text, const std::string& pattern) {
     return std::stoi(m[1]);
   }
   return 0;
+}
+
+// The first text captured by `pattern` in `text`, or "".
+std::string CaptureText(const std::string& text, const std::string& pattern) {
+  std::smatch m;
+  return std::regex_search(text, m, std::regex(pattern)) ? m[1].str() : "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
 }
 
 // GET http://127.0.0.1:port/path, polled until it answers `want` or the deadline passes.
@@ -94,6 +112,13 @@ TEST(BinaryTest, DemoServesKubectlAndTheNodeAndClusterRolesConnectThroughAKubeco
   Subprocess demo(
       {kBinary, "demo", "--api-server-address=127.0.0.1:0", "--metrics-address=127.0.0.1:0"});
   ASSERT_TRUE(demo.WaitForOutput("Press Ctrl-C", absl::Seconds(20))) << demo.Output();
+  // The banner is the first screen; the log goes to a file in the demo's directory.
+  const std::string first_screen = demo.Output();
+  EXPECT_THAT(first_screen.substr(0, first_screen.find("Press Ctrl-C")), Not(HasSubstr("ts=")))
+      << first_screen;
+  const std::string demo_log = CaptureText(first_screen, R"(log:\s+(/\S+/demo\.log))");
+  ASSERT_FALSE(demo_log.empty()) << first_screen;
+  EXPECT_THAT(ReadFile(demo_log), HasSubstr("kubelet stand-in registered the plugin"));
   const int api_port = Capture(demo.Output(), R"(API server:\s+http://127\.0\.0\.1:(\d+))");
   const int demo_metrics = Capture(demo.Output(), R"(metrics:\s+http://127\.0\.0\.1:(\d+))");
   ASSERT_GT(api_port, 0);
@@ -173,6 +198,47 @@ TEST(BinaryTest, DemoServesKubectlAndTheNodeAndClusterRolesConnectThroughAKubeco
   EXPECT_THAT(cluster.Output(), HasSubstr("nodes=2"));
 
   EXPECT_EQ(demo.Stop(SIGINT, absl::Seconds(10)), 0) << demo.Output();
+  // Ctrl-C removes the demo's directory, log included.
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(demo_log).parent_path()));
+}
+
+TEST(BinaryTest, DemoVerboseShowsEveryLineAndAFailedStartKeepsItsLog) {
+  Subprocess verbose({kBinary, "demo", "-v", "--demo-nodes=1", "--api-server-address=127.0.0.1:0",
+                      "--metrics-address=127.0.0.1:0"});
+  ASSERT_TRUE(verbose.WaitForOutput("Press Ctrl-C", absl::Seconds(20))) << verbose.Output();
+  EXPECT_THAT(verbose.Output(), HasSubstr("level=info component=demo msg=\"kubelet stand-in "
+                                          "registered the plugin\" node=dgx-h100-0"));
+  EXPECT_THAT(verbose.Output(), HasSubstr("every line also shows below"));
+  EXPECT_EQ(verbose.Stop(SIGINT, absl::Seconds(10)), 0) << verbose.Output();
+
+  // A port that is taken: exit 1, the error on the terminal names the log, which stays behind
+  // alone in the demo's directory.
+  const int taken = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto [code, out] = RunToCompletion(
+      {kBinary, "demo", absl::StrCat("--api-server-address=127.0.0.1:", ntohs(addr.sin_port)),
+       "--metrics-address=127.0.0.1:0"});
+  close(taken);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, HasSubstr("start the embedded API server"));
+  const std::string log = CaptureText(out, R"(log=(/\S+/demo\.log))");
+  ASSERT_FALSE(log.empty()) << out;
+  EXPECT_THAT(ReadFile(log), HasSubstr("step failed"));
+  const std::filesystem::path dir = std::filesystem::path(log).parent_path();
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename(), "demo.log");
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

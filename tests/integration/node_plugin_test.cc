@@ -354,8 +354,8 @@ TEST_F(NodePluginTest, PublishesSlicesRegistersAndPreparesOverV1AndV1beta1) {
   EXPECT_TRUE(fs::exists(CdiSpecOf(a)));
   EXPECT_THAT(CheckpointedUids(), ElementsAre(a.uid));
   const int validated = std::system(absl::StrCat("/usr/bin/python3 ", DRALENS_SOURCE_DIR,
-                                                 "/tests/schema/validate_cdi.py --shared-dir ",
-                                                 DRALENS_SHARED_DIR, " ", CdiSpecOf(a))
+                                                 "/tests/schema/validate_cdi.py --schema-dir ",
+                                                 DRALENS_SCHEMA_DIR, " ", CdiSpecOf(a))
                                         .c_str());
   EXPECT_EQ(validated, 0);
 

@@ -2,17 +2,19 @@
 """Checks the conventions of alerts/ that promtool does not:
 
 - every alert has a severity label (critical, warning or info) and summary, description and
-  runbook_url annotations; runbook_url is alerts/runbook.md#<alert name in lower case>, and
-  runbook.md has that section with Meaning, First checks and Fix;
+  runbook_url annotations; runbook_url is absolute, <runbook base>#<alert name in lower case>
+  (the base is alerts/config.yaml's runbookBaseUrl), and runbook.md has that section with
+  Meaning, First checks and Fix;
 - every alert has a `for:` and at most one threshold line (marked "# threshold");
 - recording rules are named level:metric:operations;
-- every metric an expression names is in the catalogue (README.md's generated table), a
-  recording rule defined here, or `up`; label names and values are ones the catalogue names;
+- every metric an expression names is in the catalogue (the generated table of
+  docs/metrics.md), a recording rule defined here, or `up`; label names and values are ones the
+  catalogue names;
 - the promtool tests (alerts/tests/*.yaml) have, for every alert, a case where it fires and a
   case where it does not.
 
-Usage: check_alerts.py [--rules FILE] [--tests DIR] [--runbook FILE] [--readme FILE]
-                       [--expect-violations CHECK,...]
+Usage: check_alerts.py [--rules FILE] [--tests DIR] [--runbook FILE] [--runbook-base URL]
+                       [--catalogue FILE] [--expect-violations CHECK,...]
 With --expect-violations it succeeds only when exactly the named checks fail (for the broken
 fixture that proves the checks can fail).
 """
@@ -54,19 +56,25 @@ def runbook_sections(path):
     return sections
 
 
-def check(rules_path, tests_dir, runbook_path, readme_path):
+def default_runbook_base():
+    with open(os.path.join(ROOT, "alerts", "config.yaml"), encoding="utf-8") as f:
+        return yaml.safe_load(f)["runbookBaseUrl"]
+
+
+def check(rules_path, tests_dir, runbook_path, catalogue_path, runbook_base):
     problems = []  # (check, message)
 
     def fail(check_name, message):
         problems.append((check_name, message))
 
-    catalogue = promql.load_catalogue(readme_path)
+    catalogue = promql.load_catalogue(catalogue_path)
     doc = yaml.safe_load(open(rules_path, encoding="utf-8"))
     rules = [r for g in doc.get("groups", []) for r in g.get("rules", [])]
     records = {r["record"] for r in rules if "record" in r}
     alerts = [r for r in rules if "alert" in r]
     sections = runbook_sections(runbook_path)
-    rel_runbook = os.path.relpath(runbook_path, os.path.dirname(os.path.dirname(rules_path)))
+    if not re.match(r"^https?://", runbook_base):
+        fail("runbook", f"the runbook base {runbook_base!r} is not an absolute URL")
 
     for rule in rules:
         name = rule.get("alert") or rule.get("record")
@@ -102,7 +110,7 @@ def check(rules_path, tests_dir, runbook_path, readme_path):
         if len(THRESHOLD_LINE.findall(rule["expr"])) > 1:
             fail("threshold", f"{name}: more than one '# threshold' line")
         anchor = name.lower()
-        expected_url = f"{rel_runbook}#{anchor}"
+        expected_url = f"{runbook_base}#{anchor}"
         if annotations.get("runbook_url") != expected_url:
             fail("runbook", f"{name}: runbook_url is {annotations.get('runbook_url')!r}, "
                             f"expected {expected_url!r}")
@@ -147,12 +155,16 @@ def main():
     ap.add_argument("--rules", default=os.path.join(ROOT, "alerts", "dralens.rules.yaml"))
     ap.add_argument("--tests", default=os.path.join(ROOT, "alerts", "tests"))
     ap.add_argument("--runbook", default=os.path.join(ROOT, "alerts", "runbook.md"))
-    ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    ap.add_argument("--runbook-base", default=None,
+                    help="base of every runbook_url (default: alerts/config.yaml's)")
+    ap.add_argument("--catalogue", default=os.path.join(ROOT, "docs", "metrics.md"),
+                    help="the generated metric table (docs/metrics.md)")
     ap.add_argument("--expect-violations", default=None,
                     help="comma-separated checks that must fail, and no others")
     args = ap.parse_args()
 
-    problems, n_alerts, n_records = check(args.rules, args.tests, args.runbook, args.readme)
+    problems, n_alerts, n_records = check(args.rules, args.tests, args.runbook, args.catalogue,
+                                          args.runbook_base or default_runbook_base())
     for check_name, message in problems:
         print(f"{check_name}: {message}")
     failed = {c for c, _ in problems}

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The rules of grafana/dashboard-linter (which is not packaged in Debian), re-implemented over
 grafana/*.json, plus dralens's own: schemaVersion 39 or later, stable uids, a cluster variable,
-every metric a query names in the catalogue (README.md's generated table) or a recording rule of
-alerts/, label names and values the catalogue names, and exemplars on the claim-duration queries.
+every metric a query names in the catalogue (the generated table of docs/metrics.md) or a
+recording rule of alerts/, label names and values the catalogue names, and exemplars on the
+claim-duration queries.
 
 Exclusions live in grafana/.lint (YAML): {exclusions: {<rule>: {reason: ..., entries:
 [{dashboard: <uid>, panel: <title>}]}}}; a rule without entries is excluded everywhere. Every
@@ -275,7 +276,8 @@ def load_exclusions(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*")
-    ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
+    ap.add_argument("--catalogue", default=os.path.join(ROOT, "docs", "metrics.md"),
+                    help="the generated metric table (docs/metrics.md)")
     ap.add_argument("--rules", default=os.path.join(ROOT, "alerts", "dralens.rules.yaml"))
     ap.add_argument("--lint-file", default=os.path.join(ROOT, "grafana", ".lint"))
     ap.add_argument("--promtool", default=None, help="also parse every query with promtool")
@@ -286,7 +288,7 @@ def main():
     if not files:
         print("no dashboards found")
         return 1
-    linter = Linter(promql.load_catalogue(args.readme), load_records(args.rules),
+    linter = Linter(promql.load_catalogue(args.catalogue), load_records(args.rules),
                     load_exclusions(args.lint_file))
     uids = {}
     for path in files:

@@ -330,12 +330,14 @@ class Metric:
         self.name, self.kind, self.labels, self.role, self.help = name, kind, labels, role, help_text
 
 
-def load_catalogue(readme_path):
-    """Reads the generated metric table of README.md (checked against src/telemetry/catalog.cc)."""
-    text = open(readme_path, encoding="utf-8").read()
+def load_catalogue(path):
+    """Reads the generated metric table of docs/metrics.md (checked against
+    src/telemetry/catalog.cc)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
     m = re.search(r"<!-- metrics:begin -->(.*?)<!-- metrics:end -->", text, re.S)
     if not m:
-        raise SystemExit(f"{readme_path}: no metrics:begin/metrics:end table")
+        raise SystemExit(f"{path}: no metrics:begin/metrics:end table")
     catalogue = {}
     for line in m.group(1).splitlines():
         # | metric | type | labels | roles | stability | description |
@@ -346,7 +348,7 @@ def load_catalogue(readme_path):
         labels = [l.strip().strip("`") for l in cells[2].split(",") if l.strip()]
         catalogue[name] = Metric(name, cells[1], labels, cells[3], cells[5])
     if not catalogue:
-        raise SystemExit(f"{readme_path}: the metric table is empty")
+        raise SystemExit(f"{path}: the metric table is empty")
     return catalogue
 
 

@@ -74,7 +74,7 @@ def main():
 
         # Bad input is refused with a message that names it.
         for bad, words in ((["--threshold", "NoSuchAlert=1"], "unknown alert"),
-                           (["--threshold", "DralensNodeDown=1"], "no '# threshold' line"),
+                           (["--threshold", "DralensNodeDown=1"], "has no threshold"),
                            (["--for", "soon"], "not a Prometheus duration")):
             r = subprocess.run([sys.executable, SCRIPT, *bad, "-o", os.devnull],
                                capture_output=True, text=True)

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Validates CDI spec files against the official CDI JSON schema (schema.json + defs.json).
 
-Usage: validate_cdi.py [--shared-dir DIR] FILE...
-The schema folder is <shared>/schemas/cdi, where <shared> is --shared-dir, else
-$DRALENS_SHARED_DIR.
+Usage: validate_cdi.py [--schema-dir DIR] FILE...
+The schemas are DIR/cdi/schema.json and DIR/cdi/defs.json; DIR defaults to tests/schemas, the
+vendored copies (tests/schemas/README.md).
 
 Exit status: 0 when every file is valid; 1 with one message per problem on stderr when not;
 2 on usage errors (missing schema, unreadable file, not JSON).
@@ -20,10 +20,11 @@ import sys
 import jsonschema
 
 BASE = "file:///cdi/"
+SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas")
 
 
-def load_validator(shared_dir):
-    folder = os.path.join(shared_dir, "schemas", "cdi")
+def load_validator(schema_dir):
+    folder = os.path.join(schema_dir, "cdi")
     with open(os.path.join(folder, "schema.json"), encoding="utf-8") as f:
         schema = json.load(f)
     with open(os.path.join(folder, "defs.json"), encoding="utf-8") as f:
@@ -53,14 +54,11 @@ def path_str(path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared-dir", default=os.environ.get("DRALENS_SHARED_DIR", ""))
+    parser.add_argument("--schema-dir", default=SCHEMA_DIR)
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
-    if not args.shared_dir:
-        print("validate_cdi: no --shared-dir and DRALENS_SHARED_DIR is unset", file=sys.stderr)
-        return 2
     try:
-        validator = load_validator(args.shared_dir)
+        validator = load_validator(args.schema_dir)
     except OSError as e:
         print("validate_cdi: cannot load schema: %s" % e, file=sys.stderr)
         return 2

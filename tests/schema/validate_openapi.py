@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """Validates a JSON document against one schema of the Kubernetes OpenAPI v3 document.
 
-Usage: validate_openapi.py [--shared-dir DIR] [--openapi FILE] SCHEMA_NAME JSON_FILE
+Usage: validate_openapi.py [--openapi FILE] SCHEMA_NAME JSON_FILE
   SCHEMA_NAME  e.g. io.k8s.api.resource.v1.ResourceSlice
   JSON_FILE    the instance to check
-The OpenAPI file defaults to <shared>/schemas/k8s-resource.k8s.io-v1-openapi.json, where
-<shared> is --shared-dir, else $DRALENS_SHARED_DIR.
+The OpenAPI file defaults to tests/schemas/k8s-resource.k8s.io-v1-openapi.json, the vendored
+copy (tests/schemas/README.md).
 
 Exit status: 0 when valid; 1 with one message per problem on stderr when not; 2 on usage errors.
 
@@ -22,7 +22,8 @@ import sys
 
 import jsonschema
 
-DEFAULT_OPENAPI = os.path.join("schemas", "k8s-resource.k8s.io-v1-openapi.json")
+DEFAULT_OPENAPI = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas",
+                               "k8s-resource.k8s.io-v1-openapi.json")
 INT_RANGES = {
     "int32": (-(2**31), 2**31 - 1),
     "int64": (-(2**63), 2**63 - 1),
@@ -113,16 +114,11 @@ def validate(document, schema_name, instance):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shared-dir", default=os.environ.get("DRALENS_SHARED_DIR"))
-    parser.add_argument("--openapi", help="the OpenAPI v3 JSON document")
+    parser.add_argument("--openapi", default=DEFAULT_OPENAPI, help="the OpenAPI v3 JSON document")
     parser.add_argument("schema_name")
     parser.add_argument("json_file")
     args = parser.parse_args(argv)
     openapi = args.openapi
-    if openapi is None:
-        if not args.shared_dir:
-            parser.error("pass --openapi or --shared-dir (or set DRALENS_SHARED_DIR)")
-        openapi = os.path.join(args.shared_dir, DEFAULT_OPENAPI)
     try:
         with open(openapi, encoding="utf-8") as f:
             document = json.load(f)

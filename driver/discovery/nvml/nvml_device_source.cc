@@ -565,6 +565,18 @@ absl::Status NvmlDeviceSource::DestroyMigInstance(absl::string_view gpu_uuid, ui
   return DestroyLocked(parent, gpu_uuid, gi_id, ci_id);
 }
 
+absl::StatusOr<MigModeState> NvmlDeviceSource::GetMigMode(absl::string_view gpu_uuid) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, HandleByUuid(gpu_uuid));
+  unsigned int current = 0;
+  unsigned int pending = 0;
+  RETURN_IF_ERROR(NvmlStatus(api().DeviceGetMigMode(device, &current, &pending),
+                             absl::StrCat("nvmlDeviceGetMigMode ", gpu_uuid)));
+  auto mode = [](unsigned int value) {
+    return value == NVML_DEVICE_MIG_ENABLE ? model::MigMode::kEnabled : model::MigMode::kDisabled;
+  };
+  return MigModeState{mode(current), mode(pending)};
+}
+
 absl::Status NvmlDeviceSource::SetMigMode(absl::string_view gpu_uuid, bool enabled) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(nvmlDevice_t device, HandleByUuid(gpu_uuid));

@@ -58,6 +58,8 @@ absl::string_view ToString(SimulatedOp op) {
       return "CreateMigDevice";
     case SimulatedOp::kDestroyMigDevice:
       return "DestroyMigDevice";
+    case SimulatedOp::kGetMigMode:
+      return "GetMigMode";
     case SimulatedOp::kSetMigMode:
       return "SetMigMode";
     case SimulatedOp::kSetTimeSlice:
@@ -300,6 +302,13 @@ absl::Status SimulatedDeviceSource::DestroyMigInstance(absl::string_view gpu_uui
   RETURN_IF_ERROR(Enter(SimulatedOp::kDestroyMigDevice));
   ASSIGN_OR_RETURN(Gpu * gpu, FindGpu(gpu_uuid));
   return DestroyLocked(*gpu, gi_id, ci_id);
+}
+
+absl::StatusOr<MigModeState> SimulatedDeviceSource::GetMigMode(absl::string_view gpu_uuid) {
+  absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(Enter(SimulatedOp::kGetMigMode));
+  ASSIGN_OR_RETURN(Gpu * gpu, FindGpu(gpu_uuid));
+  return MigModeState{gpu->current, gpu->pending};
 }
 
 absl::Status SimulatedDeviceSource::SetMigMode(absl::string_view gpu_uuid, bool enabled) {

@@ -24,6 +24,7 @@ enum class SimulatedOp {
   kDiscover,
   kCreateMigDevice,
   kDestroyMigDevice,  // both DestroyMigDevice and DestroyMigInstance
+  kGetMigMode,
   kSetMigMode,
   kSetTimeSlice,
   kWaitForEvent,
@@ -48,16 +49,20 @@ class SimulatedDeviceSource : public DeviceSource {
   static absl::StatusOr<std::unique_ptr<SimulatedDeviceSource>> Create(
       const SimulatedProfile& profile, absl::string_view node_name);
 
-  // DeviceSource
+  // GpuDiscovery
   absl::StatusOr<model::Inventory> Discover() override;
+  // MigControl
   absl::StatusOr<model::MigDevice> CreateMigDevice(absl::string_view gpu_uuid,
                                                    absl::string_view profile,
                                                    uint32_t placement_start) override;
   absl::Status DestroyMigDevice(absl::string_view mig_uuid) override;
   absl::Status DestroyMigInstance(absl::string_view gpu_uuid, uint32_t gi_id,
                                   uint32_t ci_id) override;
+  absl::StatusOr<MigModeState> GetMigMode(absl::string_view gpu_uuid) override;
   absl::Status SetMigMode(absl::string_view gpu_uuid, bool enabled) override;
+  // TimeSliceControl
   absl::Status SetTimeSlice(absl::string_view gpu_uuid, TimeSlice interval) override;
+  // HealthEventSource
   absl::StatusOr<std::optional<HealthEvent>> WaitForEvent(absl::Duration timeout) override;
 
   // Fault injection. The next `count` calls of `op` fail with `error` (not OK) before doing

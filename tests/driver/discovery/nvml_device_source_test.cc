@@ -180,6 +180,7 @@ TEST_F(NvmlDeviceSourceTest, NotMigCapableGpu) {
   EXPECT_FALSE(a100->mig_capable);
   EXPECT_TRUE(a100->mig_profiles.empty());
   EXPECT_EQ(a100->memory_slices, 0u);
+  EXPECT_EQ(source->GetMigMode(kA100).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST_F(NvmlDeviceSourceTest, LostGpuIsLeftOut) {
@@ -255,7 +256,11 @@ TEST_F(NvmlDeviceSourceTest, CreateAndDestroyMigDevices) {
   ASSERT_EQ(inventory->mig_devices().size(), 1u);
   EXPECT_EQ(inventory->mig_devices()[0].gi_id, 7u);
 
+  EXPECT_EQ(*source->GetMigMode(kA100),
+            (MigModeState{model::MigMode::kDisabled, model::MigMode::kDisabled}));
   ASSERT_TRUE(source->SetMigMode(kA100, true).ok());
+  EXPECT_EQ(*source->GetMigMode(kA100),
+            (MigModeState{model::MigMode::kEnabled, model::MigMode::kEnabled}));
   EXPECT_TRUE(source->CreateMigDevice(kA100, "7g.40gb", 0).ok());
   const absl::Status busy = source->SetMigMode(kA100, false);
   EXPECT_THAT(busy.message(), HasSubstr("NVML_ERROR_IN_USE"));

@@ -216,8 +216,12 @@ TEST(SimulatedDeviceSource, MigModeToggle) {
   const absl::Status in_use = source->SetMigMode(busy, false);
   EXPECT_EQ(in_use.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(in_use.message(), HasSubstr("NVML_ERROR_IN_USE"));
+  EXPECT_EQ(*source->GetMigMode(full),
+            (MigModeState{model::MigMode::kDisabled, model::MigMode::kDisabled}));
   ASSERT_TRUE(source->SetMigMode(full, true).ok());  // Hopper: immediate
   EXPECT_TRUE(MustDiscover(*source).FindGpuByUuid(full)->mig_enabled());
+  EXPECT_EQ(*source->GetMigMode(full),
+            (MigModeState{model::MigMode::kEnabled, model::MigMode::kEnabled}));
   EXPECT_TRUE(source->CreateMigDevice(full, "7g.80gb", 0).ok());
 
   auto a100 = Make("a100-40gb");
@@ -227,6 +231,9 @@ TEST(SimulatedDeviceSource, MigModeToggle) {
   const model::GpuInfo* after = inventory_after.FindGpuByUuid(gpu);
   EXPECT_FALSE(after->mig_enabled());
   EXPECT_EQ(after->mig_mode_pending, model::MigMode::kEnabled);
+  EXPECT_EQ(*a100->GetMigMode(gpu),
+            (MigModeState{model::MigMode::kDisabled, model::MigMode::kEnabled}));
+  EXPECT_EQ(a100->GetMigMode("GPU-nope").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(SimulatedDeviceSource, TimeSlice) {

@@ -32,7 +32,7 @@ std::vector<CdiDeviceInput> GpuAndMig() {
 // Runs tests/schema/validate_cdi.py on `path`; returns its exit status.
 int ValidateWithSchema(const std::string& path) {
   std::string cmd = absl::StrCat("/usr/bin/python3 ", DRALENS_SOURCE_DIR,
-                                 "/tests/schema/validate_cdi.py --shared-dir ", DRALENS_SHARED_DIR,
+                                 "/tests/schema/validate_cdi.py --schema-dir ", DRALENS_SCHEMA_DIR,
                                  " ", path, " 2>/dev/null");
   int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;

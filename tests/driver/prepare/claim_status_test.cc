@@ -33,7 +33,7 @@ constexpr char kPython[] = "/usr/bin/python3";
 // `validate_openapi.py` over `object` as `schema`: "" when valid, else its complaints.
 std::string OpenApiProblems(const std::string& schema, const json& object) {
   const std::string openapi =
-      absl::StrCat(DRALENS_SHARED_DIR, "/schemas/k8s-resource.k8s.io-v1-openapi.json");
+      absl::StrCat(DRALENS_SCHEMA_DIR, "/k8s-resource.k8s.io-v1-openapi.json");
   testing::TempDir dir;
   const std::string path = dir.Join("object.json");
   std::ofstream(path) << object.dump(2);

@@ -234,8 +234,8 @@ TEST_F(SharingPrepareTest, MpsStartsOneDaemonAndItsClientsGetEnvironmentAndMount
   }
   // The spec with mounts is still valid CDI.
   const std::string validate = absl::StrCat(
-      "/usr/bin/python3 ", DRALENS_SOURCE_DIR, "/tests/schema/validate_cdi.py --shared-dir ",
-      DRALENS_SHARED_DIR, " ", h_.dir().Join("cdi/" + CdiSpecFileName(a.uid)));
+      "/usr/bin/python3 ", DRALENS_SOURCE_DIR, "/tests/schema/validate_cdi.py --schema-dir ",
+      DRALENS_SCHEMA_DIR, " ", h_.dir().Join("cdi/" + CdiSpecFileName(a.uid)));
   EXPECT_EQ(std::system(validate.c_str()), 0);
 
   // Other MPS settings cannot join the running daemon.

@@ -50,9 +50,10 @@ std::vector<Config> Configs(int api_minor) {
 // configuration instead of one per slice.
 void ExpectSchemaValid(const std::vector<model::ResourceSlice>& slices, const std::string& label) {
   const std::string openapi =
-      absl::StrCat(DRALENS_SHARED_DIR, "/schemas/k8s-resource.k8s.io-v1-openapi.json");
-  if (::access(openapi.c_str(), R_OK) != 0 || ::access(kPython, X_OK) != 0) {
-    GTEST_SKIP() << "no OpenAPI document or no " << kPython;
+      absl::StrCat(DRALENS_SCHEMA_DIR, "/k8s-resource.k8s.io-v1-openapi.json");
+  ASSERT_EQ(::access(openapi.c_str(), R_OK), 0) << "no OpenAPI document at " << openapi;
+  if (::access(kPython, X_OK) != 0) {
+    GTEST_SKIP() << "no " << kPython;
   }
   nlohmann::json list = {{"apiVersion", "resource.k8s.io/v1"},
                          {"kind", "ResourceSliceList"},

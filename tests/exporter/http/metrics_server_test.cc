@@ -156,5 +156,18 @@ TEST_F(MetricsServerTest, ConcurrentScrapesWhileMetricsChange) {
   EXPECT_EQ(good.load(), 100);
 }
 
+// A role whose start fails right after the metrics server started stops it at once; Stop() must
+// return then too (the listen thread may not have reached its accept loop yet). A hang here is
+// the failure, caught by the test timeout.
+TEST(MetricsServerStopTest, StopRightAfterStartReturns) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  for (int i = 0; i < 200; ++i) {
+    MetricsServer server(
+        registry, [] { return absl::OkStatus(); }, nullptr);
+    ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+    server.Stop();
+  }
+}
+
 }  // namespace
 }  // namespace dralens::exporter

@@ -121,6 +121,28 @@ TEST(FlagsTest, DemoPrometheusFaultAndOtlpFlags) {
   EXPECT_FALSE(ParseFlags(Role::kCluster, {"--with-prometheus"}, Env().Fn()).ok());
 }
 
+TEST(FlagsTest, DemoVerboseHasAShortFormOnlyTheDemoAccepts) {
+  auto v = ParseFlags(Role::kDemo, {}, Env().Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->GetBool("verbose"));
+  v = ParseFlags(Role::kDemo, {"-v", "--demo-nodes=1"}, Env().Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->GetBool("verbose"));
+  EXPECT_EQ(v->Source("verbose"), "flag");
+  EXPECT_EQ(v->Get("demo-nodes"), "1");
+  v = ParseFlags(Role::kDemo, {}, Env({{"DRALENS_VERBOSE", "TRUE"}}).Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->GetBool("verbose"));
+  v = ParseFlags(Role::kNode, {"-v"}, Env().Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("unexpected argument \"-v\""));
+  v = ParseFlags(Role::kDemo, {"-x"}, Env().Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("unexpected argument \"-x\""));
+  EXPECT_THAT(RoleHelp(Role::kDemo),
+              HasSubstr("  -v, --verbose (DRALENS_VERBOSE)  default: false"));
+}
+
 TEST(FlagsTest, BadEnvironmentValueNamesTheVariable) {
   Env env({{"DRALENS_DEVICE_SOURCE", "gpu"}});
   auto v = ParseFlags(Role::kNode, {}, env.Fn());

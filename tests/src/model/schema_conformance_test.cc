@@ -29,10 +29,8 @@ struct Result {
 class SchemaConformanceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    openapi_ = absl::StrCat(DRALENS_SHARED_DIR, "/schemas/k8s-resource.k8s.io-v1-openapi.json");
-    if (::access(openapi_.c_str(), R_OK) != 0) {
-      GTEST_SKIP() << "no OpenAPI document at " << openapi_;
-    }
+    openapi_ = absl::StrCat(DRALENS_SCHEMA_DIR, "/k8s-resource.k8s.io-v1-openapi.json");
+    ASSERT_EQ(::access(openapi_.c_str(), R_OK), 0) << "no OpenAPI document at " << openapi_;
     if (::access(kPython, X_OK) != 0) {
       GTEST_SKIP() << "no " << kPython;
     }

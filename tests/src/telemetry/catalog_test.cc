@@ -1,5 +1,5 @@
 // The metric catalogue follows the naming rules, builds what it declares, and is what the
-// README documents.
+// metric reference in docs/metrics.md documents.
 #include "src/telemetry/catalog.h"
 
 #include <algorithm>
@@ -65,19 +65,19 @@ TEST(CatalogTest, DurationBucketsReach120Seconds) {
   EXPECT_TRUE(std::is_sorted(b.begin(), b.end()));
 }
 
-// On failure the message holds the table to paste between the README's markers.
-TEST(CatalogTest, ReadmeHoldsTheGeneratedTable) {
-  std::ifstream in(std::string(DRALENS_SOURCE_DIR) + "/README.md");
-  ASSERT_TRUE(in) << "README.md not found";
-  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// On failure the message holds the table to paste between the markers of docs/metrics.md.
+TEST(CatalogTest, MetricsDocHoldsTheGeneratedTable) {
+  std::ifstream in(std::string(DRALENS_SOURCE_DIR) + "/docs/metrics.md");
+  ASSERT_TRUE(in) << "docs/metrics.md not found";
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string begin = "<!-- metrics:begin -->\n";
   const std::string end = "<!-- metrics:end -->";
-  const size_t b = readme.find(begin);
-  const size_t e = readme.find(end);
-  ASSERT_NE(b, std::string::npos) << "README.md lacks " << begin;
-  ASSERT_NE(e, std::string::npos) << "README.md lacks " << end;
-  EXPECT_EQ(readme.substr(b + begin.size(), e - b - begin.size()), CatalogMarkdown())
-      << "regenerate the README metric table:\n"
+  const size_t b = doc.find(begin);
+  const size_t e = doc.find(end);
+  ASSERT_NE(b, std::string::npos) << "docs/metrics.md lacks " << begin;
+  ASSERT_NE(e, std::string::npos) << "docs/metrics.md lacks " << end;
+  EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), CatalogMarkdown())
+      << "regenerate the metric table of docs/metrics.md:\n"
       << CatalogMarkdown();
 }
 
