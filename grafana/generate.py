@@ -159,14 +159,17 @@ def stat(title, description, expr, unit="short", decimals=None, w=4, h=4):
 
 
 def timeseries(title, description, queries, unit="short", stack=False, exemplar=False, w=12,
-               h=8):
-    """queries: [(expr, legend), ...]. stack: stacked areas (parts of a whole)."""
+               h=8, no_value=None):
+    """queries: [(expr, legend), ...]. stack: stacked areas (parts of a whole). no_value: what
+    the panel says when the queries return nothing (e.g. another exporter is missing)."""
+    defaults = {"unit": unit, "custom": {
+        "drawStyle": "line", "fillOpacity": 10, "showPoints": "never",
+        "stacking": {"mode": "normal" if stack else "none", "group": "A"}}}
+    if no_value is not None:
+        defaults["noValue"] = no_value
     return w, h, {
         "type": "timeseries", "title": title, "description": description,
-        "fieldConfig": {"defaults": {"unit": unit, "custom": {
-            "drawStyle": "line", "fillOpacity": 10, "showPoints": "never",
-            "stacking": {"mode": "normal" if stack else "none", "group": "A"}}},
-            "overrides": []},
+        "fieldConfig": {"defaults": defaults, "overrides": []},
         "options": {"legend": {"displayMode": "table", "placement": "right",
                                "calcs": ["lastNotNull", "max"]},
                     "tooltip": {"mode": "multi", "sort": "desc"}},

@@ -150,18 +150,17 @@ int CountErrors(const std::map<std::string, std::string>& results) {
 // The server span and the call counter of one non-empty kubelet call.
 class CallScope {
  public:
-  CallScope(const CallTelemetry& telemetry, prepare::Operation operation, absl::string_view api,
+  CallScope(const CallTelemetry& telemetry, prepare::Operation operation, KubeletApi api,
             const std::vector<ClaimRef>& claims)
       : telemetry_(telemetry), operation_(operation), api_(api) {
     telemetry::StartSpanOptions options;
     options.kind = telemetry::SpanKind::kServer;
     const std::string method = operation == prepare::Operation::kPrepare ? "NodePrepareResources"
                                                                          : "NodeUnprepareResources";
-    span_ = telemetry_.tracer != nullptr ? telemetry_.tracer->StartSpan(method, options)
-                                         : telemetry::NoopSpan();
+    span_ = telemetry_.tracer.StartSpan(method, options);
     span_->SetAttribute("rpc.system", std::string("grpc"));
     span_->SetAttribute("rpc.service",
-                        absl::StrCat("k8s.io.kubelet.pkg.apis.dra.", api, ".DRAPlugin"));
+                        absl::StrCat("k8s.io.kubelet.pkg.apis.dra.", ToString(api), ".DRAPlugin"));
     span_->SetAttribute("rpc.method", method);
     span_->SetAttribute("dra.claims", static_cast<int64_t>(claims.size()));
     // Built only for a recording span: with tracing off this would hash every claim UID and
@@ -186,27 +185,29 @@ class CallScope {
       span_->SetStatus(telemetry::StatusCode::kOk);
     }
     span_->End();
-    if (telemetry_.metrics != nullptr) {
-      telemetry_.metrics->RecordCall(operation_, api_, errors == 0);
-    }
+    telemetry_.metrics.Record(operation_, api_, errors == 0);
   }
+
+  // What the claims' spans link to.
+  KubeletCall call() const { return KubeletCall{.span = span_->context()}; }
 
  private:
   const CallTelemetry& telemetry_;
   prepare::Operation operation_;
-  absl::string_view api_;
+  KubeletApi api_;
   telemetry::SpanPtr span_;
 };
 
 template <typename Request, typename Response>
-grpc::Status Prepare(ClaimHandler& handler, const CallTelemetry& telemetry, absl::string_view api,
+grpc::Status Prepare(ClaimHandler& handler, const CallTelemetry& telemetry, KubeletApi api,
                      const Request& request, Response& response) {
   if (request.claims().empty()) {
     return grpc::Status::OK;  // liveness probe: answer at once
   }
   const std::vector<ClaimRef> refs = ToClaimRefs(request.claims());
   CallScope call(telemetry, prepare::Operation::kPrepare, api, refs);
-  std::map<std::string, PrepareResult> results = PrepareClaims(handler, refs, api);
+  std::map<std::string, PrepareResult> results =
+      PrepareClaims(handler, refs, ToString(api), call.call());
   auto& claims = *response.mutable_claims();
   for (const auto& [uid, result] : results) {
     auto& entry = claims[uid];
@@ -221,19 +222,20 @@ grpc::Status Prepare(ClaimHandler& handler, const CallTelemetry& telemetry, absl
   const int errors = CountErrors(results);
   call.Done(errors);
   DLOG(kDebug, "plugin", "NodePrepareResources",
-       {{"api", api}, {"claims", results.size()}, {"errors", errors}});
+       {{"api", ToString(api)}, {"claims", results.size()}, {"errors", errors}});
   return grpc::Status::OK;
 }
 
 template <typename Request, typename Response>
-grpc::Status Unprepare(ClaimHandler& handler, const CallTelemetry& telemetry, absl::string_view api,
+grpc::Status Unprepare(ClaimHandler& handler, const CallTelemetry& telemetry, KubeletApi api,
                        const Request& request, Response& response) {
   if (request.claims().empty()) {
     return grpc::Status::OK;
   }
   const std::vector<ClaimRef> refs = ToClaimRefs(request.claims());
   CallScope call(telemetry, prepare::Operation::kUnprepare, api, refs);
-  std::map<std::string, std::string> results = UnprepareClaims(handler, refs, api);
+  std::map<std::string, std::string> results =
+      UnprepareClaims(handler, refs, ToString(api), call.call());
   auto& claims = *response.mutable_claims();
   for (const auto& [uid, error] : results) {
     claims[uid].set_error(error);  // every claim appears, even with an empty entry
@@ -241,7 +243,7 @@ grpc::Status Unprepare(ClaimHandler& handler, const CallTelemetry& telemetry, ab
   const int errors = CountErrors(results);
   call.Done(errors);
   DLOG(kDebug, "plugin", "NodeUnprepareResources",
-       {{"api", api}, {"claims", results.size()}, {"errors", errors}});
+       {{"api", ToString(api)}, {"claims", results.size()}, {"errors", errors}});
   return grpc::Status::OK;
 }
 
@@ -249,42 +251,42 @@ grpc::Status Unprepare(ClaimHandler& handler, const CallTelemetry& telemetry, ab
 
 std::map<std::string, PrepareResult> PrepareClaims(ClaimHandler& handler,
                                                    const std::vector<ClaimRef>& claims,
-                                                   absl::string_view api) {
+                                                   absl::string_view api, const KubeletCall& call) {
   return Dispatch<PrepareResult>(
       claims, api, "NodePrepareResources",
-      [&](const std::vector<ClaimRef>& valid) { return handler.Prepare(valid); });
+      [&](const std::vector<ClaimRef>& valid) { return handler.Prepare(valid, call); });
 }
 
 std::map<std::string, std::string> UnprepareClaims(ClaimHandler& handler,
                                                    const std::vector<ClaimRef>& claims,
-                                                   absl::string_view api) {
+                                                   absl::string_view api, const KubeletCall& call) {
   return Dispatch<std::string>(
       claims, api, "NodeUnprepareResources",
-      [&](const std::vector<ClaimRef>& valid) { return handler.Unprepare(valid); });
+      [&](const std::vector<ClaimRef>& valid) { return handler.Unprepare(valid, call); });
 }
 
 grpc::Status DraServiceV1::NodePrepareResources(grpc::ServerContext* /*context*/,
                                                 const dra_v1::NodePrepareResourcesRequest* request,
                                                 dra_v1::NodePrepareResourcesResponse* response) {
-  return Prepare(handler_, telemetry_, "v1", *request, *response);
+  return Prepare(handler_, telemetry_, KubeletApi::kV1, *request, *response);
 }
 
 grpc::Status DraServiceV1::NodeUnprepareResources(
     grpc::ServerContext* /*context*/, const dra_v1::NodeUnprepareResourcesRequest* request,
     dra_v1::NodeUnprepareResourcesResponse* response) {
-  return Unprepare(handler_, telemetry_, "v1", *request, *response);
+  return Unprepare(handler_, telemetry_, KubeletApi::kV1, *request, *response);
 }
 
 grpc::Status DraServiceV1beta1::NodePrepareResources(
     grpc::ServerContext* /*context*/, const dra_v1beta1::NodePrepareResourcesRequest* request,
     dra_v1beta1::NodePrepareResourcesResponse* response) {
-  return Prepare(handler_, telemetry_, "v1beta1", *request, *response);
+  return Prepare(handler_, telemetry_, KubeletApi::kV1beta1, *request, *response);
 }
 
 grpc::Status DraServiceV1beta1::NodeUnprepareResources(
     grpc::ServerContext* /*context*/, const dra_v1beta1::NodeUnprepareResourcesRequest* request,
     dra_v1beta1::NodeUnprepareResourcesResponse* response) {
-  return Unprepare(handler_, telemetry_, "v1beta1", *request, *response);
+  return Unprepare(handler_, telemetry_, KubeletApi::kV1beta1, *request, *response);
 }
 
 }  // namespace dralens::driver::plugin

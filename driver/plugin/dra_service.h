@@ -15,11 +15,10 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "driver/plugin/call_telemetry.h"
 #include "driver/prepare/claim_handler.h"
-#include "driver/prepare/prepare_telemetry.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "driver/proto/dra/v1beta1/api.grpc.pb.h"
-#include "src/telemetry/tracing/tracer.h"
 
 namespace dralens::driver::plugin {
 
@@ -33,27 +32,19 @@ namespace dra_v1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
 //    dropped (the kubelet treats them as an error);
 //  - an exception from the handler becomes an error entry for each claim it was given.
 // `api` ("v1", "v1beta1") only labels log lines. Thread-safe if the handler is.
+// `call` reaches the handler as is (its span is what claim spans link to).
 std::map<std::string, PrepareResult> PrepareClaims(ClaimHandler& handler,
                                                    const std::vector<ClaimRef>& claims,
-                                                   absl::string_view api);
+                                                   absl::string_view api, const KubeletCall& call);
 // The same for handler.Unprepare; the value is "" on success or the claim's error.
 std::map<std::string, std::string> UnprepareClaims(ClaimHandler& handler,
                                                    const std::vector<ClaimRef>& claims,
-                                                   absl::string_view api);
-
-// What the services record per kubelet call: dralens_node_requests_total and one server span
-// (NodePrepareResources / NodeUnprepareResources) with an event per claim that names the
-// claim's own trace. Empty requests (liveness probes) are answered without either. Both
-// pointers may be null; they must outlive the services.
-struct CallTelemetry {
-  prepare::PrepareMetrics* metrics = nullptr;
-  telemetry::Tracer* tracer = nullptr;
-};
+                                                   absl::string_view api, const KubeletCall& call);
 
 // k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin. Thread-safe; `handler` must outlive the service.
 class DraServiceV1 final : public dra_v1::DRAPlugin::Service {
  public:
-  explicit DraServiceV1(ClaimHandler& handler, CallTelemetry telemetry = {})
+  DraServiceV1(ClaimHandler& handler, CallTelemetry telemetry)
       : handler_(handler), telemetry_(telemetry) {}
 
   // dra_v1::DRAPlugin::Service
@@ -73,7 +64,7 @@ class DraServiceV1 final : public dra_v1::DRAPlugin::Service {
 // has no field here and is not sent. Thread-safe; `handler` must outlive the service.
 class DraServiceV1beta1 final : public dra_v1beta1::DRAPlugin::Service {
  public:
-  explicit DraServiceV1beta1(ClaimHandler& handler, CallTelemetry telemetry = {})
+  DraServiceV1beta1(ClaimHandler& handler, CallTelemetry telemetry)
       : handler_(handler), telemetry_(telemetry) {}
 
   // dra_v1beta1::DRAPlugin::Service

@@ -121,14 +121,13 @@ std::string DraSocketPath(absl::string_view plugins_dir, absl::string_view drive
   return Absolute(fs::path(std::string(plugins_dir)) / std::string(driver_name) / "dra.sock");
 }
 
-PluginServer::PluginServer(const PluginServerOptions& options, ClaimHandler& handler)
+PluginServer::PluginServer(const PluginServerOptions& options, ClaimHandler& handler,
+                           CallTelemetry telemetry)
     : options_(options),
       registration_socket_path_(RegistrationSocketPath(options.registry_dir, options.driver_name)),
       dra_socket_path_(DraSocketPath(options.plugins_dir, options.driver_name)),
-      dra_v1_(
-          std::make_unique<DraServiceV1>(handler, CallTelemetry{options.metrics, options.tracer})),
-      dra_v1beta1_(std::make_unique<DraServiceV1beta1>(
-          handler, CallTelemetry{options.metrics, options.tracer})),
+      dra_v1_(std::make_unique<DraServiceV1>(handler, telemetry)),
+      dra_v1beta1_(std::make_unique<DraServiceV1beta1>(handler, telemetry)),
       registration_(std::make_unique<RegistrationServer>(RegistrationInfo{
           .driver_name = options.driver_name,
           .endpoint = dra_socket_path_,
@@ -138,7 +137,8 @@ PluginServer::PluginServer(const PluginServerOptions& options, ClaimHandler& han
 PluginServer::~PluginServer() { Stop(); }
 
 absl::StatusOr<PluginServerPtr> PluginServer::Start(const PluginServerOptions& options,
-                                                    ClaimHandler& handler) {
+                                                    ClaimHandler& handler,
+                                                    CallTelemetry telemetry) {
   if (options.driver_name.empty() || absl::StrContains(options.driver_name, '/')) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid driver name \"", options.driver_name, "\""));
@@ -146,7 +146,7 @@ absl::StatusOr<PluginServerPtr> PluginServer::Start(const PluginServerOptions& o
   if (options.registry_dir.empty() || options.plugins_dir.empty()) {
     return absl::InvalidArgumentError("kubelet registry and plugins directories must be set");
   }
-  PluginServerPtr server(new PluginServer(options, handler));
+  PluginServerPtr server(new PluginServer(options, handler, telemetry));
   // On error the destructor stops whatever did start and removes its socket.
   RETURN_IF_ERROR_CTX(server->StartServers(), "start kubelet plugin");
   return server;

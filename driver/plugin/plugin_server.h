@@ -14,10 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "driver/plugin/call_telemetry.h"
 #include "driver/plugin/registration.h"
 #include "driver/prepare/claim_handler.h"
-#include "driver/prepare/prepare_telemetry.h"
-#include "src/telemetry/tracing/tracer.h"
 
 namespace grpc {
 class Server;
@@ -39,9 +38,6 @@ struct PluginServerOptions {
   std::string plugins_dir;   // --kubelet-plugins-dir; the driver owns <plugins_dir>/<driver>/
   // How long Stop() lets in-flight DRA calls finish before cancelling them.
   std::chrono::milliseconds shutdown_grace = std::chrono::seconds(5);
-  // Per-call metrics and spans (dra_service.h); both may be null.
-  prepare::PrepareMetrics* metrics = nullptr;
-  telemetry::Tracer* tracer = nullptr;
   // DRAResourceHealth v1alpha1 and v1 on dra.sock, advertised in supported_versions; null
   // serves neither. Not owned; must outlive the server.
   health::HealthServices* health = nullptr;
@@ -62,11 +58,13 @@ std::string DraSocketPath(absl::string_view plugins_dir, absl::string_view drive
 //          server, stop the DRA server (in-flight calls get `shutdown_grace`, then their
 //          contexts are cancelled; Stop still waits for handlers to return), remove dra.sock.
 // Thread-safe: RegistrationStatus() may be called from any thread; Stop() is idempotent and
-// also runs in the destructor. `handler` must outlive the server.
+// also runs in the destructor. `handler` and the telemetry sinks must outlive the server.
 class PluginServer {
  public:
+  // `telemetry`: the per-call metrics and spans (call_telemetry.h).
   static absl::StatusOr<std::unique_ptr<PluginServer>> Start(const PluginServerOptions& options,
-                                                             ClaimHandler& handler);
+                                                             ClaimHandler& handler,
+                                                             CallTelemetry telemetry);
   ~PluginServer();
   PluginServer(const PluginServer&) = delete;
   PluginServer& operator=(const PluginServer&) = delete;
@@ -80,7 +78,7 @@ class PluginServer {
   const std::string& dra_socket_path() const { return dra_socket_path_; }
 
  private:
-  PluginServer(const PluginServerOptions& options, ClaimHandler& handler);
+  PluginServer(const PluginServerOptions& options, ClaimHandler& handler, CallTelemetry telemetry);
   absl::Status StartServers() ABSL_LOCKS_EXCLUDED(mu_);
 
   const PluginServerOptions options_;

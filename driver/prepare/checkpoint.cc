@@ -37,7 +37,7 @@ json EncodeDevice(const CheckpointDevice& d) {
   if (d.share_id.has_value()) {
     out["shareID"] = *d.share_id;
   }
-  out["type"] = d.type;
+  out["type"] = std::string(model::ToString(d.type));
   out["uuid"] = d.uuid;
   if (d.dynamic_mig.has_value()) {
     json mig = {{"parentUUID", d.dynamic_mig->parent_uuid},
@@ -52,7 +52,7 @@ json EncodeDevice(const CheckpointDevice& d) {
     out["dynamicMig"] = std::move(mig);
   }
   if (d.sharing.has_value()) {
-    json sharing = {{"strategy", d.sharing->strategy},
+    json sharing = {{"strategy", std::string(sharing::ToString(d.sharing->strategy))},
                     {"config", sharing::EncodeSharing(d.sharing->config)}};
     if (!d.sharing->mps_owner_claim_uid.empty()) {
       sharing["mpsOwner"] = d.sharing->mps_owner_claim_uid;
@@ -145,7 +145,14 @@ absl::StatusOr<CheckpointDevice> DecodeDevice(const json& d, const std::string& 
   if (d.contains("shareID")) {
     ASSIGN_OR_RETURN(out.share_id, Str(d, path, "shareID"));
   }
-  ASSIGN_OR_RETURN(out.type, Str(d, path, "type", /*required=*/false));
+  ASSIGN_OR_RETURN(std::string type, Str(d, path, "type", /*required=*/false));
+  if (!type.empty()) {
+    absl::StatusOr<model::DeviceType> parsed = model::ParseDeviceType(type);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".type: ", parsed.status().message()));
+    }
+    out.type = *parsed;
+  }
   ASSIGN_OR_RETURN(out.uuid, Str(d, path, "uuid", /*required=*/false));
   if (auto it = d.find("dynamicMig"); it != d.end()) {
     const std::string mig_path = path + ".dynamicMig";
@@ -170,7 +177,13 @@ absl::StatusOr<CheckpointDevice> DecodeDevice(const json& d, const std::string& 
       return absl::InvalidArgumentError(absl::StrCat(sharing_path, ": expected object"));
     }
     CheckpointDevice::Sharing sharing;
-    ASSIGN_OR_RETURN(sharing.strategy, Str(*it, sharing_path, "strategy"));
+    ASSIGN_OR_RETURN(std::string strategy, Str(*it, sharing_path, "strategy"));
+    std::optional<sharing::SharingStrategy> parsed = sharing::ParseSharingStrategy(strategy);
+    if (!parsed.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(sharing_path, ".strategy: unknown strategy \"", strategy, "\""));
+    }
+    sharing.strategy = *parsed;
     if (auto config = it->find("config"); config != it->end()) {
       absl::StatusOr<sharing::SharingConfig> decoded =
           sharing::DecodeSharingBlock(*config, sharing::ConfigKind::kGpuConfig);

@@ -57,8 +57,10 @@
 #include "absl/strings/string_view.h"
 #include "driver/prepare/claim_state.h"
 #include "driver/sharing/config.h"
+#include "driver/sharing/planner.h"
 #include "nlohmann/json.hpp"
 #include "src/common/clock.h"
+#include "src/model/device_type.h"
 
 namespace dralens::driver::prepare {
 
@@ -73,7 +75,7 @@ struct CheckpointDevice {
   std::string device;
   std::vector<std::string> cdi_device_ids;
   std::optional<std::string> share_id;
-  std::string type;  // "gpu" | "mig"
+  model::DeviceType type = model::DeviceType::kGpu;  // "gpu" | "mig"; absent in a file: gpu
   std::string uuid;  // GPU-... or MIG-...; for dynamic MIG, set once the instance exists
 
   // A MIG instance this node creates for the claim (dynamic MIG). The intent (parent, profile,
@@ -93,7 +95,7 @@ struct CheckpointDevice {
   // PrepareStarted so that later claims of the device are planned against it and unprepare
   // knows what to undo. Files without it count the holder as exclusive.
   struct Sharing {
-    std::string strategy;  // sharing::ToString(SharingStrategy)
+    sharing::SharingStrategy strategy = sharing::SharingStrategy::kExclusive;
     sharing::SharingConfig config;
     std::string mps_owner_claim_uid;  // MPS: the claim whose daemon serves the device
     std::optional<common::Quantity> consumed_memory;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "src/telemetry/tracing/trace_context.h"
+
 namespace dralens::driver {
 
 // The three fields the kubelet sends for a claim, and nothing else.
@@ -35,14 +37,22 @@ struct PrepareResult {
   std::string error;
 };
 
+// The kubelet call that carried a batch of claims.
+struct KubeletCall {
+  // The call's server span (invalid when tracing is off): each claim span links to it.
+  telemetry::SpanContext span;
+};
+
 class ClaimHandler {
  public:
   virtual ~ClaimHandler() = default;
   // Exactly one entry per distinct claim UID in `claims`. Per-claim failures go into the
   // entry's error; the call itself never fails. Thread-safe.
-  virtual std::map<std::string, PrepareResult> Prepare(const std::vector<ClaimRef>& claims) = 0;
+  virtual std::map<std::string, PrepareResult> Prepare(const std::vector<ClaimRef>& claims,
+                                                       const KubeletCall& call) = 0;
   // Exactly one entry per distinct claim UID; the value is "" on success or the error.
-  virtual std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims) = 0;
+  virtual std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims,
+                                                       const KubeletCall& call) = 0;
 };
 using ClaimHandlerPtr = std::unique_ptr<ClaimHandler>;
 

@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "driver/prepare/prepare_telemetry.h"
+#include "driver/prepare/failure_reason.h"
 #include "driver/slices/slice_builder.h"
 #include "src/common/status.h"
 
@@ -32,8 +32,9 @@ std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventor
       for (const model::MigProfile& profile : gpu.mig_profiles) {
         for (const model::MigPlacement& placement : profile.placements) {
           OwnedDevice d{.name = slices::DynamicMigDeviceName(gpu, profile, placement.start),
-                        .type = "mig",
+                        .type = model::DeviceType::kMig,
                         .uuid = "",
+                        .mig_profile = profile.name,
                         .gpu_minor = gpu.minor,
                         .mig = std::nullopt,
                         .dynamic = OwnedDevice::DynamicMig{.parent_uuid = gpu.uuid,
@@ -47,8 +48,9 @@ std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventor
   }
   for (const model::GpuInfo& gpu : inventory.gpus()) {
     OwnedDevice d{.name = slices::GpuDeviceName(gpu),
-                  .type = "gpu",
+                  .type = model::DeviceType::kGpu,
                   .uuid = gpu.uuid,
+                  .mig_profile = "",
                   .gpu_minor = gpu.minor,
                   .mig = std::nullopt,
                   .dynamic = std::nullopt,
@@ -58,8 +60,9 @@ std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventor
   }
   for (const model::MigDevice& mig : inventory.mig_devices()) {
     OwnedDevice d{.name = slices::MigDeviceName(mig),
-                  .type = "mig",
+                  .type = model::DeviceType::kMig,
                   .uuid = mig.uuid,
+                  .mig_profile = mig.ProfileName(),
                   .gpu_minor = mig.parent_minor,
                   .mig = CdiDeviceInput::Mig{.gi_id = mig.gi_id, .ci_id = mig.ci_id},
                   .dynamic = std::nullopt,

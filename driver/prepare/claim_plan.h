@@ -12,6 +12,7 @@
 #include "driver/prepare/cdi.h"
 #include "driver/prepare/checkpoint.h"
 #include "src/common/quantity.h"
+#include "src/model/device_type.h"
 #include "src/model/inventory.h"
 #include "src/model/resource.h"
 
@@ -20,9 +21,10 @@ namespace dralens::driver::prepare {
 // A device this node owns, as the preparer needs it.
 struct OwnedDevice {
   std::string name;
-  std::string type;  // "gpu" | "mig"
+  model::DeviceType type = model::DeviceType::kGpu;
   std::string uuid;
-  uint32_t gpu_minor = 0;  // own minor, or the parent's for MIG
+  std::string mig_profile;  // MIG devices: the GPU-instance profile, e.g. "1g.10gb"
+  uint32_t gpu_minor = 0;   // own minor, or the parent's for MIG
   std::optional<CdiDeviceInput::Mig> mig;
   // Dynamic MIG: a placement the scheduler may allocate; the instance is created on prepare.
   struct DynamicMig {

@@ -1,7 +1,5 @@
 #include "driver/prepare/claim_state.h"
 
-#include "absl/strings/str_cat.h"
-
 namespace dralens::driver::prepare {
 
 absl::string_view ToString(ClaimState state) {
@@ -18,9 +16,22 @@ absl::string_view ToString(ClaimState state) {
   return "Unknown";
 }
 
+absl::string_view LabelOf(ClaimState state) {
+  switch (state) {
+    case ClaimState::kUnprepared:
+      return "unprepared";
+    case ClaimState::kPrepareStarted:
+      return "prepare_started";
+    case ClaimState::kPrepareCompleted:
+      return "prepare_completed";
+    case ClaimState::kUnpreparing:
+      return "unpreparing";
+  }
+  return "unprepared";
+}
+
 std::optional<ClaimState> ParseClaimState(absl::string_view text) {
-  for (ClaimState s : {ClaimState::kUnprepared, ClaimState::kPrepareStarted,
-                       ClaimState::kPrepareCompleted, ClaimState::kUnpreparing}) {
+  for (ClaimState s : kAllClaimStates) {
     if (ToString(s) == text) {
       return s;
     }
@@ -44,66 +55,8 @@ bool IsLegalTransition(ClaimState from, ClaimState to) {
   return false;
 }
 
-absl::Status ClaimStateMachine::Transition(absl::string_view claim_uid, ClaimState from,
-                                           ClaimState to) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!IsLegalTransition(from, to)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "claim ", claim_uid, ": illegal transition ", ToString(from), " -> ", ToString(to)));
-    }
-    auto it = states_.find(claim_uid);
-    ClaimState current = it == states_.end() ? ClaimState::kUnprepared : it->second;
-    if (current != from) {
-      return absl::FailedPreconditionError(absl::StrCat("claim ", claim_uid, ": transition ",
-                                                        ToString(from), " -> ", ToString(to),
-                                                        " but the claim is ", ToString(current)));
-    }
-    SetLocked(std::string(claim_uid), to);
-    ++transitions_[static_cast<int>(from)][static_cast<int>(to)];
-  }
-  if (observer_ != nullptr) {
-    observer_->OnTransition(claim_uid, from, to);
-  }
-  return absl::OkStatus();
-}
-
-void ClaimStateMachine::Adopt(absl::string_view claim_uid, ClaimState state) {
-  absl::MutexLock lock(&mu_);
-  SetLocked(std::string(claim_uid), state);
-}
-
-void ClaimStateMachine::SetLocked(const std::string& uid, ClaimState state) {
-  auto it = states_.find(uid);
-  if (it != states_.end()) {
-    --in_state_[static_cast<int>(it->second)];
-    if (state == ClaimState::kUnprepared) {
-      states_.erase(it);
-    } else {
-      it->second = state;
-    }
-  } else if (state != ClaimState::kUnprepared) {
-    states_.emplace(uid, state);
-  }
-  if (state != ClaimState::kUnprepared) {
-    ++in_state_[static_cast<int>(state)];
-  }
-}
-
-ClaimState ClaimStateMachine::StateOf(absl::string_view claim_uid) const {
-  absl::MutexLock lock(&mu_);
-  auto it = states_.find(claim_uid);
-  return it == states_.end() ? ClaimState::kUnprepared : it->second;
-}
-
-int64_t ClaimStateMachine::CountInState(ClaimState state) const {
-  absl::MutexLock lock(&mu_);
-  return in_state_[static_cast<int>(state)];
-}
-
-int64_t ClaimStateMachine::TransitionCount(ClaimState from, ClaimState to) const {
-  absl::MutexLock lock(&mu_);
-  return transitions_[static_cast<int>(from)][static_cast<int>(to)];
+bool IsPersisted(ClaimState state) {
+  return state == ClaimState::kPrepareStarted || state == ClaimState::kPrepareCompleted;
 }
 
 }  // namespace dralens::driver::prepare

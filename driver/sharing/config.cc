@@ -220,27 +220,6 @@ bool KindFits(ConfigKind kind, DeviceType type) {
 
 }  // namespace
 
-absl::string_view ToString(DeviceType type) {
-  switch (type) {
-    case DeviceType::kGpu:
-      return "gpu";
-    case DeviceType::kMig:
-      return "mig";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<DeviceType> ParseDeviceType(absl::string_view type) {
-  if (type == "gpu") {
-    return DeviceType::kGpu;
-  }
-  if (type == "mig") {
-    return DeviceType::kMig;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown device type \"", absl::CEscape(type), "\" (want gpu or mig)"));
-}
-
 absl::string_view ToString(ConfigKind kind) {
   switch (kind) {
     case ConfigKind::kGpuConfig:

@@ -33,6 +33,7 @@
 #include "driver/discovery/device_source.h"
 #include "nlohmann/json.hpp"
 #include "src/common/quantity.h"
+#include "src/model/device_type.h"
 #include "src/model/resource.h"
 
 namespace dralens::driver::sharing {
@@ -44,10 +45,10 @@ inline constexpr char kMigDeviceConfigKind[] = "MigDeviceConfig";
 // the compact serialization because the API server hands us parsed JSON.
 inline constexpr size_t kMaxParametersBytes = 10 * 1024;
 
-enum class DeviceType { kGpu, kMig };
-// "gpu" | "mig", as in the device `type` attribute.
-absl::string_view ToString(DeviceType type);
-absl::StatusOr<DeviceType> ParseDeviceType(absl::string_view type);
+// "gpu" | "mig", as in the device `type` attribute (src/model/device_type.h).
+using model::DeviceType;
+using model::ParseDeviceType;
+using model::ToString;
 
 enum class ConfigKind { kGpuConfig, kMigDeviceConfig };
 absl::string_view ToString(ConfigKind kind);

@@ -78,6 +78,16 @@ MpsDaemonSettings MpsDaemonSettingsFor(const MpsDeviceRef& device, const MpsPath
   return s;
 }
 
+absl::Status UnavailableMpsControl::Start(const MpsDaemonSettings& settings) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("MPS is not available on this node: no control daemon can be started for ",
+                   settings.device_uuid));
+}
+
+absl::Status UnavailableMpsControl::Stop(absl::string_view /*device_uuid*/) {
+  return absl::OkStatus();
+}
+
 absl::Status SimulatedMpsControl::Start(const MpsDaemonSettings& settings) {
   absl::MutexLock lock(&mu_);
   calls_.push_back({Call::Op::kStart, settings.device_uuid, settings});

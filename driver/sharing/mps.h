@@ -109,6 +109,16 @@ class MpsControl {
 };
 using MpsControlPtr = std::unique_ptr<MpsControl>;
 
+// For nodes with no MPS daemon manager: every Start fails with FailedPrecondition ("MPS is not
+// available on this node"), so MPS claims fail clearly instead of running without a daemon;
+// Stop has nothing to stop.
+class UnavailableMpsControl final : public MpsControl {
+ public:
+  // MpsControl
+  absl::Status Start(const MpsDaemonSettings& settings) override;
+  absl::Status Stop(absl::string_view device_uuid) override;
+};
+
 // Records what it is asked and keeps the set of running daemons; for tests and the demo.
 class SimulatedMpsControl final : public MpsControl {
  public:

@@ -142,6 +142,17 @@ absl::string_view ToString(SharingStrategy strategy) {
   return "exclusive";
 }
 
+std::optional<SharingStrategy> ParseSharingStrategy(absl::string_view text) {
+  for (SharingStrategy s :
+       {SharingStrategy::kExclusive, SharingStrategy::kTimeSlicing, SharingStrategy::kMps,
+        SharingStrategy::kSharedClaim, SharingStrategy::kConsumable}) {
+    if (ToString(s) == text) {
+      return s;
+    }
+  }
+  return std::nullopt;
+}
+
 absl::string_view ToString(Refusal refusal) {
   switch (refusal) {
     case Refusal::kNone:

@@ -32,6 +32,8 @@ namespace dralens::driver::sharing {
 enum class SharingStrategy { kExclusive, kTimeSlicing, kMps, kSharedClaim, kConsumable };
 // "exclusive" | "time_slicing" | "mps" | "shared_claim" | "consumable": metric label values.
 absl::string_view ToString(SharingStrategy strategy);
+// The inverse of ToString; nullopt for anything else.
+std::optional<SharingStrategy> ParseSharingStrategy(absl::string_view text);
 
 struct SharingDevice {
   std::string name;  // as published, e.g. "gpu-0"

@@ -32,6 +32,27 @@ DASHBOARD = dashboard(
                 "Info",
                 sort=False,
                 unit="none"),
+            timeseries("GPU utilisation by claim",
+                "Utilisation of each prepared claim's devices, averaged over its devices: "
+                "dcgm-exporter's DCGM_FI_DEV_GPU_UTIL (full GPUs) or "
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE (MIG instances) joined with "
+                "dralens_node_claim_info on UUID and GPU_I_ID. A device shared by several "
+                "claims shows its whole utilisation under each of them: never sum across "
+                "claims. Says so when Prometheus has no dcgm-exporter series.",
+                [("avg by (namespace, claim) (\n"
+                  "  (dralens_node_claim_info{S}\n"
+                  "    * on (UUID, GPU_I_ID) group_left ()\n"
+                  '      max by (UUID, GPU_I_ID) (DCGM_FI_DEV_GPU_UTIL{cluster=~"$cluster"}))\n'
+                  "  or\n"
+                  "  (dralens_node_claim_info{S}\n"
+                  "    * on (UUID, GPU_I_ID) group_left ()\n"
+                  "      (100 * max by (UUID, GPU_I_ID) "
+                  '(DCGM_FI_PROF_GR_ENGINE_ACTIVE{cluster=~"$cluster"})))\n'
+                  ")",
+                  "{{namespace}}/{{claim}}")],
+                unit="percent", w=24,
+                no_value=("No DCGM series: deploy dcgm-exporter and scrape it "
+                          "(README: Join GPU utilisation with claims)")),
         ]),
         row("MIG", [
             bargauge("MIG layout",

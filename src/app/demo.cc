@@ -22,6 +22,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "driver/discovery/simulated/simulated_device_source.h"
 #include "exporter/http/metrics_server.h"
@@ -356,6 +357,10 @@ int RunDemo(const FlagValues& flags) {
          options.config.cluster_target = ScrapeTarget(host, metrics_server->port());
          for (const auto& n : sim_nodes) {
            options.config.node_targets.push_back(ScrapeTarget(host, n->metrics_server->port()));
+         }
+         for (absl::string_view target :
+              absl::StrSplit(flags.Get("prometheus-dcgm-targets"), ',', absl::SkipEmpty())) {
+           options.config.dcgm_targets.emplace_back(target);
          }
          ASSIGN_OR_RETURN(prometheus, PrometheusChild::Start(std::move(options)));
          return absl::OkStatus();

@@ -242,6 +242,14 @@ std::vector<FlagSpec> BuildFlags() {
                "package).",
                {Role::kDemo},
                CheckAbsolutePath});
+  f.push_back({"prometheus-dcgm-targets",
+               "DRALENS_PROMETHEUS_DCGM_TARGETS",
+               "",
+               "Comma-separated host:port list of dcgm-exporter endpoints `--with-prometheus` "
+               "also scrapes (job `dcgm-exporter`), so that GPU utilisation joins with "
+               "`dralens_node_claim_info` as on a real cluster.",
+               {Role::kDemo},
+               CheckHostPortList});
   f.push_back({"leader-elect",
                "DRALENS_LEADER_ELECT",
                "false",
@@ -514,6 +522,15 @@ std::string CheckHostPort(absl::string_view value) {
   }
   if (absl::StartsWith(host, "[") != absl::EndsWith(host, "]")) {
     return "IPv6 hosts must be written in brackets, e.g. [::1]:9477";
+  }
+  return "";
+}
+
+std::string CheckHostPortList(absl::string_view value) {
+  for (absl::string_view part : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    if (std::string why = CheckHostPort(part); !why.empty()) {
+      return absl::StrCat("\"", part, "\": ", why);
+    }
   }
   return "";
 }

@@ -62,7 +62,8 @@ std::string TopLevelHelp();
 std::string FlagReferenceMarkdown();
 
 // Value checks shared by flags and tests.
-std::string CheckHostPort(absl::string_view value);  // "host:port", port 0..65535
+std::string CheckHostPort(absl::string_view value);      // "host:port", port 0..65535
+std::string CheckHostPortList(absl::string_view value);  // "host:port[,host:port...]"
 std::string CheckDnsSubdomain(absl::string_view value);
 
 }  // namespace dralens::app

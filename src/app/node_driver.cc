@@ -47,11 +47,21 @@ absl::Status NodeDriver::StartAll() {
         {"gpus", inventory->gpus().size()},
         {"mig_devices", inventory->mig_devices().size()}});
 
-  if (options_.registry != nullptr && options_.exemplars != nullptr) {
-    prepare_metrics_ =
-        std::make_unique<driver::prepare::PrepareMetrics>(*options_.registry, *options_.exemplars);
-    slice_metrics_ = std::make_unique<driver::slices::SliceMetrics>(*options_.registry);
+  registry_ = options_.registry;
+  if (registry_ == nullptr) {
+    own_registry_ = std::make_shared<prometheus::Registry>();
+    registry_ = own_registry_.get();
   }
+  exemplars_ = options_.exemplars;
+  if (exemplars_ == nullptr) {
+    own_exemplars_ = std::make_unique<telemetry::ExemplarStore>(clock_);
+    exemplars_ = own_exemplars_.get();
+  }
+  tracer_ = options_.tracer != nullptr ? options_.tracer : &noop_tracer_;
+  collectors_ = std::make_unique<exporter::NodeCollectors>(*registry_);
+  call_metrics_ = std::make_unique<driver::plugin::KubeletCallMetrics>(
+      driver::plugin::KubeletCallMetrics::Create(*registry_));
+  slice_metrics_ = std::make_unique<driver::slices::SliceMetrics>(*registry_);
 
   driver::health::HealthMonitorOptions health_options;
   health_options.pool_name = node;
@@ -67,30 +77,32 @@ absl::Status NodeDriver::StartAll() {
       driver::prepare::CheckpointPath(options_.plugins_dir, options_.driver_name), *boot_id,
       clock_);
   cdi_ = std::make_unique<driver::prepare::FileCdiWriter>(options_.cdi_root);
-  states_ = std::make_unique<driver::prepare::ClaimStateMachine>();
-  driver::prepare::ClaimPreparerOptions preparer_options;
-  preparer_options.driver_name = options_.driver_name;
-  preparer_options.pool_name = node;
+  driver::prepare::PreparationOptions preparation_options;
+  preparation_options.preparer.driver_name = options_.driver_name;
+  preparation_options.preparer.pool_name = node;
   if (source_options.kind == "nvml") {
-    preparer_options.cdi_host = driver::prepare::ReadCdiHostInfo();
+    preparation_options.preparer.cdi_host = driver::prepare::ReadCdiHostInfo();
   }
-  preparer_options.dynamic_mig = options_.dynamic_mig;
-  preparer_options.mig_source = source_.get();
-  preparer_options.device_source = source_.get();
+  preparation_options.preparer.dynamic_mig = options_.dynamic_mig;
   // Simulated GPUs get a simulated MPS control; on real GPUs no daemon manager is built in yet,
   // so MPS claims fail with a clear sharing_error instead of running without a daemon.
   if (source_options.kind == "simulated") {
     mps_ = std::make_unique<driver::sharing::SimulatedMpsControl>();
+  } else {
+    mps_ = std::make_unique<driver::sharing::UnavailableMpsControl>();
   }
-  preparer_options.mps = mps_.get();
-  preparer_options.mps_root = absl::StrCat(options_.plugins_dir, "/", options_.driver_name, "/mps");
-  preparer_options.metrics = prepare_metrics_.get();
-  preparer_options.tracer = options_.tracer;
-  preparer_options.clock = &clock_;
-  ASSIGN_OR_RETURN(preparer_,
-                   driver::prepare::ClaimPreparer::Create(preparer_options, client_, *checkpoint_,
-                                                          *cdi_, *states_, *inventory));
-  const driver::prepare::LoadedCheckpoint& loaded = preparer_->load_result();
+  preparation_options.mps_root =
+      absl::StrCat(options_.plugins_dir, "/", options_.driver_name, "/mps");
+  ASSIGN_OR_RETURN(preparation_,
+                   driver::prepare::Preparation::Create(
+                       preparation_options, client_, *checkpoint_, *cdi_, *source_, *mps_,
+                       driver::prepare::PreparationSinks{.registry = *registry_,
+                                                         .exemplars = *exemplars_,
+                                                         .tracer = *tracer_,
+                                                         .clock = clock_,
+                                                         .view = *collectors_},
+                       *inventory));
+  const driver::prepare::LoadedCheckpoint& loaded = preparation_->load_result();
   DLOG(kInfo, kComponent, "checkpoint opened",
        {{"origin", driver::prepare::ToString(loaded.origin)},
         {"claims", loaded.checkpoint.claims.size()}});
@@ -98,7 +110,7 @@ absl::Status NodeDriver::StartAll() {
   if (options_.dynamic_mig) {
     // Instances no prepared claim owns were left by a crash or made by hand: the scheduler
     // believes those slices free, so they go before anything is published.
-    absl::StatusOr<int> reclaimed = preparer_->ReclaimOrphanMigInstances(*inventory);
+    absl::StatusOr<int> reclaimed = preparation_->preparer().ReclaimOrphanMigInstances(*inventory);
     RETURN_IF_ERROR_CTX(reclaimed.status(), "dynamic MIG");
     if (*reclaimed > 0) {
       inventory = source_->Discover();
@@ -115,19 +127,17 @@ absl::Status NodeDriver::StartAll() {
   publisher_options.driver_name = options_.driver_name;
   publisher_options.metrics = slice_metrics_.get();
   publisher_ = std::make_unique<driver::slices::SlicePublisher>(client_, clock_, publisher_options);
-  if (prepare_metrics_ != nullptr) {
-    auto unhealthy = [this] {
-      std::set<std::string> devices;
-      for (const driver::health::DeviceHealthState& d : health_->Snapshot()) {
-        if (d.health == driver::health::DeviceHealthStatus::kUnhealthy) {
-          devices.insert(d.device);
-        }
+  auto unhealthy = [this] {
+    std::set<std::string> devices;
+    for (const driver::health::DeviceHealthState& d : health_->Snapshot()) {
+      if (d.health == driver::health::DeviceHealthStatus::kUnhealthy) {
+        devices.insert(d.device);
       }
-      prepare_metrics_->SetUnhealthy(std::move(devices));
-    };
-    unhealthy();
-    health_->OnChange(unhealthy);
-  }
+    }
+    preparation_->view().SetUnhealthy(std::move(devices));
+  };
+  unhealthy();
+  health_->OnChange(unhealthy);
   publisher_->Publish(*inventory);
   if (options_.device_taints) {
     publisher_->SetTaints(health_->Taints());
@@ -145,10 +155,11 @@ absl::Status NodeDriver::StartAll() {
   plugin_options.driver_name = options_.driver_name;
   plugin_options.registry_dir = options_.registry_dir;
   plugin_options.plugins_dir = options_.plugins_dir;
-  plugin_options.metrics = prepare_metrics_.get();
-  plugin_options.tracer = options_.tracer;
   plugin_options.health = health_services_.get();
-  ASSIGN_OR_RETURN(plugin_, driver::plugin::PluginServer::Start(plugin_options, *preparer_));
+  ASSIGN_OR_RETURN(
+      plugin_, driver::plugin::PluginServer::Start(
+                   plugin_options, preparation_->preparer(),
+                   driver::plugin::CallTelemetry{.metrics = *call_metrics_, .tracer = *tracer_}));
   return absl::OkStatus();
 }
 
@@ -164,6 +175,9 @@ void NodeDriver::Stop() {
   }
   if (health_) {
     health_->Stop();
+  }
+  if (preparation_) {
+    preparation_->Stop();
   }
 }
 
@@ -188,10 +202,10 @@ absl::Status NodeDriver::Ready() const {
 }
 
 nlohmann::json NodeDriver::DebugClaims() const {
-  if (preparer_ == nullptr) {
+  if (preparation_ == nullptr) {
     return {{"error", "starting"}};
   }
-  return preparer_->DebugState();
+  return preparation_->preparer().DebugState();
 }
 
 const std::string& NodeDriver::registration_socket_path() const {

@@ -27,17 +27,20 @@
 #include "driver/discovery/device_source.h"
 #include "driver/health/health_service.h"
 #include "driver/health/monitor.h"
+#include "driver/plugin/call_telemetry.h"
 #include "driver/plugin/plugin_server.h"
 #include "driver/prepare/cdi.h"
 #include "driver/prepare/checkpoint.h"
-#include "driver/prepare/claim_preparer.h"
-#include "driver/prepare/claim_state.h"
+#include "driver/prepare/preparation.h"
+#include "driver/sharing/mps.h"
 #include "driver/slices/slice_publisher.h"
+#include "exporter/node/node_collectors.h"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/k8s/client.h"
 #include "src/telemetry/exemplar.h"
 #include "src/telemetry/tracing/tracer.h"
+#include "src/telemetry/tracing/tracer_impl.h"
 
 namespace dralens::app {
 
@@ -61,8 +64,8 @@ struct NodeDriverOptions {
   // Publish full GPUs for consumable capacity (allowMultipleAllocations with a memory request
   // policy; needs the DRAConsumableCapacity feature gate).
   bool consumable_capacity = false;
-  // Telemetry sinks; not owned, must outlive the driver. A null registry records no metrics,
-  // a null tracer records no spans.
+  // Telemetry sinks; not owned, must outlive the driver. A null registry (or exemplar store)
+  // records into a private one nobody scrapes; a null tracer records no spans.
   prometheus::Registry* registry = nullptr;
   telemetry::ExemplarStore* exemplars = nullptr;
   telemetry::Tracer* tracer = nullptr;
@@ -95,6 +98,11 @@ class NodeDriver {
   driver::health::HealthMonitor& health() { return *health_; }
   // What /debug/claims shows: see ClaimPreparer::DebugState.
   nlohmann::json DebugClaims() const;
+  // One slice convergence pass now, as the publisher's loop runs it; for tests that must know
+  // what the loop would publish without waiting for it.
+  absl::StatusOr<driver::slices::SyncResult> SyncSlicesForTest() { return publisher_->Sync(); }
+  // The claim preparation (ledger, preparer); valid after Start() until destruction.
+  driver::prepare::Preparation& preparation() { return *preparation_; }
 
  private:
   NodeDriver(NodeDriverOptions options, k8s::KubeClient& client, common::Clock& clock);
@@ -109,13 +117,20 @@ class NodeDriver {
   // services, then the monitor, then the source it watches.
   std::unique_ptr<driver::health::HealthMonitor> health_;
   std::unique_ptr<driver::health::HealthServices> health_services_;
-  std::unique_ptr<driver::prepare::PrepareMetrics> prepare_metrics_;
+  // The telemetry sinks in use: the options' or private ones.
+  std::shared_ptr<prometheus::Registry> own_registry_;
+  std::unique_ptr<telemetry::ExemplarStore> own_exemplars_;
+  telemetry::NoopTracer noop_tracer_;
+  prometheus::Registry* registry_ = nullptr;
+  telemetry::ExemplarStore* exemplars_ = nullptr;
+  telemetry::Tracer* tracer_ = nullptr;
+  std::unique_ptr<exporter::NodeCollectors> collectors_;
+  std::unique_ptr<driver::plugin::KubeletCallMetrics> call_metrics_;
   std::unique_ptr<driver::slices::SliceMetrics> slice_metrics_;
   std::unique_ptr<driver::prepare::FileCheckpointStore> checkpoint_;
   std::unique_ptr<driver::prepare::FileCdiWriter> cdi_;
-  std::unique_ptr<driver::prepare::ClaimStateMachine> states_;
   std::unique_ptr<driver::sharing::MpsControl> mps_;
-  std::unique_ptr<driver::prepare::ClaimPreparer> preparer_;
+  std::unique_ptr<driver::prepare::Preparation> preparation_;
   std::unique_ptr<driver::slices::SlicePublisher> publisher_;
   driver::plugin::PluginServerPtr plugin_;
 };

@@ -101,6 +101,9 @@ std::string PrometheusConfigYaml(const PrometheusConfigOptions& options) {
   if (!options.node_targets.empty()) {
     job("dralens-node", options.node_targets);
   }
+  if (!options.dcgm_targets.empty()) {
+    job("dcgm-exporter", options.dcgm_targets);
+  }
   return out;
 }
 

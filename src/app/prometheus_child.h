@@ -26,6 +26,7 @@ struct PrometheusConfigOptions {
   std::string rules_file;                 // absolute path; empty: no rule_files entry
   std::string cluster_target;             // host:port of the cluster role, job dralens-cluster
   std::vector<std::string> node_targets;  // host:port of each node plugin, job dralens-node
+  std::vector<std::string> dcgm_targets;  // host:port of dcgm-exporters, job dcgm-exporter
   // Added to every target, as a multi-cluster setup's relabelling would; the dashboards'
   // $cluster variable lists it.
   std::string cluster_label = "demo";

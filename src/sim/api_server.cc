@@ -1376,6 +1376,12 @@ std::optional<ApiError> ApiServer::Impl::UpdateLocked(const Target& t, json body
     } else {
       next.erase("status");
     }
+    const bool devices_in_use = old->contains("status") && (*old)["status"].is_object() &&
+                                (*old)["status"].contains("devices");
+    if (info.plural == "resourceclaims" && !options_.resource_claim_device_status &&
+        !devices_in_use && next.contains("status") && next["status"].is_object()) {
+      next["status"].erase("devices");  // the gate is off: the field is not stored
+    }
   } else {
     next = std::move(body);
     json& md = next["metadata"];

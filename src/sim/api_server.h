@@ -70,6 +70,10 @@ struct ApiServerOptions {
   common::Clock* clock = nullptr;
   // Worker threads serving connections; every open watch holds one.
   int threads = 128;
+  // The DRAResourceClaimDeviceStatus feature gate (on by default since 1.33). Off, writes of
+  // ResourceClaim status.devices are dropped without an error, as the real server's
+  // dropDisabledFields does, unless the stored claim already has some.
+  bool resource_claim_device_status = true;
 };
 
 class ApiServer {

@@ -10,42 +10,49 @@ namespace {
 
 std::vector<MetricSpec> BuildCatalog() {
   using K = MetricKind;
+  using S = Stability;
   return {
       // Self.
       {"dralens_build_info",
        K::kInfo,
        {"version", "role"},
        "all",
-       "Build of the running binary; the value is always 1."},
+       "Build of the running binary; the value is always 1.",
+       S::kStable},
       {"dralens_scrape_duration_seconds",
        K::kHistogram,
        {"format"},
        "all",
-       "Time spent rendering /metrics, by exposition format (text, openmetrics)."},
+       "Time spent rendering /metrics, by exposition format (text, openmetrics).",
+       S::kBeta},
       {"dralens_kube_requests_total",
        K::kCounter,
        {"verb", "resource", "code"},
        "all",
        "Kubernetes API requests by verb, resource and HTTP status code (\"error\" for "
-       "transport failures); one per attempt."},
+       "transport failures); one per attempt.",
+       S::kBeta},
       {"dralens_kube_watch_restarts_total",
        K::kCounter,
        {"resource", "reason"},
        "all",
-       "Watch restarts by resource and reason (gone, dropped, error)."},
+       "Watch restarts by resource and reason (gone, dropped, error).",
+       S::kBeta},
 
       {"dralens_otlp_spans_total",
        K::kCounter,
        {"outcome"},
        "all",
        "Finished spans by what became of them: exported, rejected (by the collector's partial "
-       "success), dropped_queue_full, dropped_shutdown, dropped_export_failed."},
+       "success), dropped_queue_full, dropped_shutdown, dropped_export_failed.",
+       S::kBeta},
       {"dralens_otlp_requests_total",
        K::kCounter,
        {"outcome"},
        "all",
        "OTLP export requests by outcome: success, retryable_status (429, 502, 503, 504), "
-       "failed_status, connection_error, timeout. Each retry is one more request."},
+       "failed_status, connection_error, timeout. Each retry is one more request.",
+       S::kBeta},
 
       // Devices of this node.
       {"dralens_device_info",
@@ -53,43 +60,55 @@ std::vector<MetricSpec> BuildCatalog() {
        {"device", "uuid", "product", "type", "parent", "profile", "numa_node", "pci_bus_id"},
        "node",
        "One series per device this node has (type gpu or mig); parent and profile are set for "
-       "MIG devices. The value is always 1."},
-      {"dralens_device_memory_bytes", K::kGauge, {"device"}, "node", "Memory of the device."},
+       "MIG devices. The value is always 1.",
+       S::kStable},
+      {"dralens_device_memory_bytes",
+       K::kGauge,
+       {"device"},
+       "node",
+       "Memory of the device.",
+       S::kBeta},
       {"dralens_device_state",
        K::kGauge,
        {"device", "state"},
        "node",
-       "1 for the device's current state (free, prepared, unhealthy), 0 for the others."},
+       "1 for the device's current state (free, prepared, unhealthy), 0 for the others.",
+       S::kStable},
       {"dralens_device_consumers",
        K::kGauge,
        {"device"},
        "node",
-       "How many prepared claims use the device."},
+       "How many prepared claims hold the device (each claim once, however many shares it has).",
+       S::kBeta},
 
       // MIG layout of this node.
       {"dralens_mig_devices",
        K::kGauge,
        {"parent", "profile", "state"},
        "node",
-       "MIG devices per parent GPU and profile, by state (free, prepared)."},
+       "MIG devices per parent GPU and profile, by state (free, prepared).",
+       S::kBeta},
       {"dralens_mig_placeable",
        K::kGauge,
        {"parent", "profile"},
        "node",
        "How many more instances of each MIG profile still fit on the GPU, given the instances "
-       "it has and the profile's placement rules. Only GPUs in MIG mode have series."},
+       "it has and the profile's placement rules. Only GPUs in MIG mode have series.",
+       S::kBeta},
 
       {"dralens_mig_operations_total",
        K::kCounter,
        {"operation", "result"},
        "node",
        "Dynamic MIG instances created and destroyed (operation create, destroy; result ok, "
-       "error)."},
+       "error).",
+       S::kBeta},
       {"dralens_mig_operation_duration_seconds",
        K::kHistogram,
        {"operation"},
        "node",
-       "Time to create or destroy one dynamic MIG instance (GPU and compute instance)."},
+       "Time to create or destroy one dynamic MIG instance (GPU and compute instance).",
+       S::kBeta},
 
       // GPU sharing.
       {"dralens_sharing_decisions_total",
@@ -99,7 +118,8 @@ std::vector<MetricSpec> BuildCatalog() {
        "Sharing decisions taken while preparing a device, by strategy (exclusive, "
        "time_slicing, mps, shared_claim, consumable), result (granted, refused) and reason "
        "(none when granted; otherwise device_busy, over_capacity, mixed_strategy, or "
-       "apply_error when the settings could not be applied)."},
+       "apply_error when the settings could not be applied).",
+       S::kBeta},
 
       // NodePrepareResources / NodeUnprepareResources.
       {"dralens_node_requests_total",
@@ -107,7 +127,8 @@ std::vector<MetricSpec> BuildCatalog() {
        {"operation", "api", "result"},
        "node",
        "Kubelet DRA calls by operation (prepare, unprepare), API version (v1, v1beta1) and "
-       "result (ok when every claim succeeded, error otherwise)."},
+       "result (ok when every claim succeeded, error otherwise).",
+       S::kStable},
       {"dralens_node_claims_total",
        K::kCounter,
        {"operation", "result", "reason"},
@@ -115,66 +136,114 @@ std::vector<MetricSpec> BuildCatalog() {
        "Claims prepared or unprepared, by result and reason (none on success; otherwise "
        "invalid_request, claim_not_found, claim_replaced, not_allocated, foreign_device, "
        "device_busy, api_error, checkpoint_error, cdi_error, mig_error, invalid_config, "
-       "sharing_error, internal)."},
+       "sharing_error, internal).",
+       S::kStable},
       {"dralens_node_claim_duration_seconds",
        K::kHistogram,
        {"operation", "result"},
        "node",
        "Time to prepare or unprepare one claim. Buckets carry the claim's trace id as an "
-       "exemplar."},
+       "exemplar.",
+       S::kStable},
       {"dralens_node_phase_duration_seconds",
        K::kHistogram,
        {"phase"},
        "node",
        "Time spent in one phase of preparing a claim: fetch_claim, checkpoint, mig, sharing, "
-       "cdi."},
+       "cdi.",
+       S::kBeta},
       {"dralens_node_in_flight",
        K::kGauge,
        {"operation"},
        "node",
-       "Claims being prepared or unprepared right now."},
+       "Claims being prepared or unprepared right now.",
+       S::kBeta},
       {"dralens_node_prepared_claims",
        K::kGauge,
        {},
        "node",
-       "Claims this node has prepared (PrepareCompleted in the checkpoint)."},
+       "Claims this node has prepared (PrepareCompleted in the checkpoint).",
+       S::kBeta},
       {"dralens_node_prepared_devices",
        K::kGauge,
        {"type"},
        "node",
-       "Devices held by prepared claims, by type (gpu, mig)."},
+       "Distinct devices held by prepared claims, by type (gpu, mig): a device shared by several "
+       "claims counts once.",
+       S::kBeta},
+      {"dralens_node_claims",
+       K::kGauge,
+       {"state"},
+       "node",
+       "Claims on this node by preparation state (prepare_started, prepare_completed, "
+       "unpreparing), as the claim ledger holds them; claims restored from the checkpoint at "
+       "start count too.",
+       S::kAlpha},
+      {"dralens_node_claim_transitions_total",
+       K::kCounter,
+       {"from", "to"},
+       "node",
+       "Claim state transitions (unprepared, prepare_started, prepare_completed, unpreparing); "
+       "every one is also a \"claim state\" event on the claim's span.",
+       S::kAlpha},
+      {"dralens_node_claim_info",
+       K::kInfo,
+       {"namespace", "claim", "uid", "device", "pool", "driver", "dra_claim_name",
+        "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name", "UUID",
+        "GPU_I_ID"},
+       "node",
+       "One series per device of each prepared claim, deleted when the claim is unprepared. The "
+       "dra_* labels repeat the claim's identity under dcgm-exporter's DRA label names; UUID (the "
+       "GPU's, the parent's for a MIG device) and GPU_I_ID (the MIG GPU instance id) are "
+       "dcgm-exporter's device labels, to join its series on. The value is always 1.",
+       S::kAlpha},
+      {"dralens_node_claim_status_writes_total",
+       K::kCounter,
+       {"operation", "result"},
+       "node",
+       "ResourceClaim status.devices writes by operation (publish on prepare, clear on "
+       "unprepare) and result (ok; dropped: the API server stored nothing, e.g. with "
+       "DRAResourceClaimDeviceStatus off; gone: the claim was deleted; error: given up after "
+       "retries).",
+       S::kAlpha},
       {"dralens_node_checkpoint_writes_total",
        K::kCounter,
        {"result"},
        "node",
-       "Durable checkpoint writes by result (ok, error)."},
+       "Durable checkpoint writes by result (ok, error).",
+       S::kBeta},
 
       // ResourceSlice publishing.
       {"dralens_slices_syncs_total",
        K::kCounter,
        {"result"},
        "node",
-       "ResourceSlice convergence passes by result (unchanged, changed, error)."},
+       "ResourceSlice convergence passes by result (unchanged, changed, error).",
+       S::kBeta},
       {"dralens_slices_sync_duration_seconds",
        K::kHistogram,
        {},
        "node",
-       "Time of one ResourceSlice convergence pass."},
+       "Time of one ResourceSlice convergence pass.",
+       S::kBeta},
       {"dralens_slices_pool_generation",
        K::kGauge,
        {},
        "node",
-       "The pool generation on the API server after the last successful pass."},
+       "The pool generation on the API server after the last successful pass.",
+       S::kBeta},
       {"dralens_slices_published_devices",
        K::kGauge,
        {},
        "node",
-       "Devices in this node's published pool."},
+       "Devices in this node's published pool.",
+       S::kBeta},
       {"dralens_slices_published",
        K::kGauge,
        {},
        "node",
-       "ResourceSlices in this node's published pool."},
+       "ResourceSlices in this node's published pool.",
+       S::kBeta},
 
       // Cluster role: claims.
       {"dralens_cluster_claims",
@@ -247,6 +316,18 @@ std::vector<MetricSpec> BuildCatalog() {
 
 }  // namespace
 
+absl::string_view ToString(Stability stability) {
+  switch (stability) {
+    case Stability::kAlpha:
+      return "alpha";
+    case Stability::kBeta:
+      return "beta";
+    case Stability::kStable:
+      return "stable";
+  }
+  return "alpha";
+}
+
 absl::string_view ToString(MetricKind kind) {
   switch (kind) {
     case MetricKind::kCounter:
@@ -315,14 +396,16 @@ const prometheus::Histogram::BucketBoundaries& DurationBuckets() {
 }
 
 std::string CatalogMarkdown() {
-  std::string out = "| metric | type | labels | roles | description |\n|---|---|---|---|---|\n";
+  std::string out =
+      "| metric | type | labels | roles | stability | description |\n|---|---|---|---|---|---|\n";
   for (const MetricSpec& spec : Catalog()) {
     std::vector<std::string> labels;
     for (const std::string& l : spec.labels) {
       labels.push_back(absl::StrCat("`", l, "`"));
     }
     absl::StrAppend(&out, "| `", spec.name, "` | ", ToString(spec.kind), " | ",
-                    absl::StrJoin(labels, ", "), " | ", spec.roles, " | ", spec.help, " |\n");
+                    absl::StrJoin(labels, ", "), " | ", spec.roles, " | ", ToString(spec.stability),
+                    " | ", spec.help, " |\n");
   }
   return out;
 }

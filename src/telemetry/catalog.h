@@ -19,12 +19,20 @@ namespace dralens::telemetry {
 enum class MetricKind { kCounter, kGauge, kHistogram, kInfo };
 absl::string_view ToString(MetricKind kind);
 
+// What a user may build on, as Kubernetes' metric stability levels:
+//   stable  name, type and labels do not change without a deprecation period;
+//   beta    labels may gain values; a change is announced in the release notes;
+//   alpha   may change or go in any release.
+enum class Stability { kAlpha, kBeta, kStable };
+absl::string_view ToString(Stability stability);
+
 struct MetricSpec {
   std::string name;
   MetricKind kind;
   std::vector<std::string> labels;  // in the order they are documented
   std::string roles;                // which roles export it: "node", "cluster", "all"
   std::string help;
+  Stability stability = Stability::kAlpha;
 };
 
 // Every family, grouped by subsystem, in the order of docs/metrics.md.
@@ -46,7 +54,7 @@ prometheus::Family<prometheus::Histogram>& BuildHistogram(prometheus::Registry& 
 // the kubelet's 45 s deadline; the top buckets show by how much).
 const prometheus::Histogram::BucketBoundaries& DurationBuckets();
 
-// The docs/metrics.md table: | metric | type | labels | roles | description |.
+// The docs/metrics.md table: | metric | type | labels | roles | stability | description |.
 std::string CatalogMarkdown();
 
 }  // namespace dralens::telemetry

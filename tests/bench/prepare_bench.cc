@@ -25,16 +25,21 @@
 // Prints figures only; it never fails on time. Exits non-zero only if a call fails.
 //
 // --telemetry picks what the node records, to measure its cost:
-//   none         no metrics, no spans
+//   none         no spans; metrics recorded into a registry nobody reads (the components
+//                always record: the cost of not scraping)
 //   metrics      metrics with exemplars, tracing off (the default deployment; the default here)
 //   traces       metrics, and every span exported over OTLP/HTTP JSON to a receiver in this
 //                process (always_on sampler)
 //   traces-down  the same with the collector down (connection refused): spans are retried,
 //                then dropped and counted, and prepares must not wait for any of it
 //
+// --claim-status=on (the default, as `dralens node` runs) writes each prepared claim's
+// ResourceClaim status.devices from the background writer, sharing the API server and the CPUs
+// with the prepares; off measures without it.
+//
 //   prepare_bench [--iterations=N] [--max-seconds=S] [--concurrency=1,64]
 //                 [--idle-connections=N] [--dir=PATH] [--logs]
-//                 [--telemetry=none|metrics|traces|traces-down]
+//                 [--telemetry=none|metrics|traces|traces-down] [--claim-status=on|off]
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 #include <sys/utsname.h>
@@ -70,10 +75,11 @@
 #include "driver/plugin/plugin_server.h"
 #include "driver/prepare/cdi.h"
 #include "driver/prepare/checkpoint.h"
-#include "driver/prepare/claim_preparer.h"
-#include "driver/prepare/claim_state.h"
+#include "driver/prepare/preparation.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
+#include "driver/sharing/mps.h"
 #include "driver/slices/slice_builder.h"
+#include "exporter/node/node_collectors.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "src/common/atomic_file.h"
@@ -84,6 +90,7 @@
 #include "src/model/inventory.h"
 #include "src/sim/api_server.h"
 #include "src/telemetry/exemplar.h"
+#include "src/telemetry/tracing/tracer_impl.h"
 #include "src/telemetry/tracing/tracer_provider.h"
 #include "src/telemetry/tracing/tracing_config.h"
 
@@ -116,6 +123,7 @@ struct Flags {
   std::string dir;    // parent of the temp dir; "" = the system temp dir
   bool logs = false;  // driver log lines to stderr instead of discarded
   std::string telemetry = "metrics";
+  bool claim_status = true;
 };
 
 // The temp dir, removed by Die too.
@@ -174,6 +182,9 @@ Flags ParseFlags(int argc, char** argv) {
     } else if (key == "--telemetry") {
       flags.telemetry = value;
       ok = value == "none" || value == "metrics" || value == "traces" || value == "traces-down";
+    } else if (key == "--claim-status") {
+      ok = value == "on" || value == "off";
+      flags.claim_status = value == "on";
     } else {
       ok = false;
     }
@@ -181,7 +192,7 @@ Flags ParseFlags(int argc, char** argv) {
       Die(absl::StrCat("bad argument \"", arg,
                        "\"; usage: prepare_bench [--iterations=N] [--max-seconds=S] "
                        "[--concurrency=1,64] [--idle-connections=N] [--dir=PATH] [--logs] "
-                       "[--telemetry=none|metrics|traces|traces-down]"));
+                       "[--telemetry=none|metrics|traces|traces-down] [--claim-status=on|off]"));
     }
   }
   return flags;
@@ -371,7 +382,7 @@ class Bench {
   explicit Bench(Flags flags) : flags_(std::move(flags)) {}
   ~Bench() {
     plugin_.reset();
-    preparer_.reset();
+    preparation_.reset();
     if (tracing_ != nullptr) {
       tracing_->Shutdown(absl::Now() + absl::Seconds(5));
     }
@@ -415,8 +426,8 @@ class Bench {
     source_options.kind = "simulated";
     source_options.simulated_profile = profile;
     source_options.node_name = kNode;
-    auto source = OrDie(discovery::MakeDeviceSource(source_options), "device source");
-    model::Inventory inventory = OrDie(source->Discover(), "discover");
+    source_ = OrDie(discovery::MakeDeviceSource(source_options), "device source");
+    model::Inventory inventory = OrDie(source_->Discover(), "discover");
     if (inventory.gpus().size() < static_cast<size_t>(kMaxConcurrency)) {
       Die("the simulated profile has too few GPUs");
     }
@@ -426,21 +437,30 @@ class Bench {
         OrDie(prepare::ReadBootId(), "read boot id"), common::RealClock());
     cdi_ = std::make_unique<prepare::FileCdiWriter>(Join("cdi"));
     SetUpTelemetry();
-    prepare::ClaimPreparerOptions options;
-    options.driver_name = kDriver;
-    options.pool_name = kNode;
-    options.metrics = metrics_.get();
-    options.tracer = tracing_ != nullptr ? &tracing_->tracer() : nullptr;
-    preparer_ =
-        OrDie(prepare::ClaimPreparer::Create(options, *client_, *store_, *cdi_, states_, inventory),
-              "claim preparer");
+    prepare::PreparationOptions options;
+    options.preparer.driver_name = kDriver;
+    options.preparer.pool_name = kNode;
+    options.mps_root = Join("mps");
+    options.claim_status = flags_.claim_status;
+    telemetry::Tracer& tracer =
+        tracing_ != nullptr ? tracing_->tracer() : static_cast<telemetry::Tracer&>(noop_tracer_);
+    preparation_ =
+        OrDie(prepare::Preparation::Create(options, *client_, *store_, *cdi_, *source_, mps_,
+                                           prepare::PreparationSinks{.registry = registry_,
+                                                                     .exemplars = exemplars_,
+                                                                     .tracer = tracer,
+                                                                     .clock = common::RealClock(),
+                                                                     .view = collectors_},
+                                           inventory),
+              "claim preparation");
     plugin::PluginServerOptions plugin_options;
     plugin_options.driver_name = kDriver;
     plugin_options.registry_dir = Join("plugins_registry");
     plugin_options.plugins_dir = Join("plugins");
-    plugin_options.metrics = metrics_.get();
-    plugin_options.tracer = options.tracer;
-    plugin_ = OrDie(plugin::PluginServer::Start(plugin_options, *preparer_), "plugin server");
+    plugin_ = OrDie(plugin::PluginServer::Start(
+                        plugin_options, preparation_->preparer(),
+                        plugin::CallTelemetry{.metrics = call_metrics_, .tracer = tracer}),
+                    "plugin server");
     stub_ = dra_v1::DRAPlugin::NewStub(grpc::CreateChannel("unix://" + plugin_->dra_socket_path(),
                                                            grpc::InsecureChannelCredentials()));
 
@@ -700,11 +720,7 @@ class Bench {
   }
 
   void SetUpTelemetry() {
-    if (flags_.telemetry == "none") {
-      return;
-    }
-    metrics_ = std::make_unique<prepare::PrepareMetrics>(registry_, exemplars_);
-    if (flags_.telemetry == "metrics") {
+    if (flags_.telemetry == "none" || flags_.telemetry == "metrics") {
       return;
     }
     int port = 0;
@@ -739,7 +755,9 @@ class Bench {
   const Flags flags_;
   prometheus::Registry registry_;
   telemetry::ExemplarStore exemplars_;
-  std::unique_ptr<prepare::PrepareMetrics> metrics_;
+  exporter::NodeCollectors collectors_{registry_};
+  plugin::KubeletCallMetrics call_metrics_ = plugin::KubeletCallMetrics::Create(registry_);
+  telemetry::NoopTracer noop_tracer_;
   httplib::Server receiver_;
   std::thread receiver_thread_;
   std::atomic<uint64_t> received_spans_{0};
@@ -750,8 +768,9 @@ class Bench {
   std::unique_ptr<k8s::RestClient> client_;
   std::unique_ptr<prepare::FileCheckpointStore> store_;
   std::unique_ptr<prepare::FileCdiWriter> cdi_;
-  prepare::ClaimStateMachine states_;
-  std::unique_ptr<prepare::ClaimPreparer> preparer_;
+  discovery::DeviceSourcePtr source_;
+  driver::sharing::UnavailableMpsControl mps_;
+  std::unique_ptr<prepare::Preparation> preparation_;
   std::unique_ptr<plugin::PluginServer> plugin_;
   std::unique_ptr<dra_v1::DRAPlugin::Stub> stub_;
   std::vector<ClaimId> claims_;
@@ -769,8 +788,9 @@ int Main(int argc, char** argv) {
   PrintMachine(bench.root());
   std::printf(
       "config:  %d timed prepares per configuration (at most %.0f s each) after warmup; "
-      "REST client keeps %d idle connections; telemetry: %s\n",
-      flags.iterations, flags.max_seconds, flags.idle_connections, flags.telemetry.c_str());
+      "REST client keeps %d idle connections; telemetry: %s; claim status: %s\n",
+      flags.iterations, flags.max_seconds, flags.idle_connections, flags.telemetry.c_str(),
+      flags.claim_status ? "on" : "off");
   std::fflush(stdout);
   for (int c : flags.concurrency) {
     bench.Run(c);

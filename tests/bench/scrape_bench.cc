@@ -3,7 +3,9 @@
 // The node: 8 H100 GPUs in MIG mode with seven 1g.10gb instances each (64 devices), 256
 // prepared claims spread over them, and the per-claim and per-phase histograms filled with
 // traced observations, so every bucket carries an exemplar. The series are the ones
-// `dralens node` registers (PrepareMetrics, SliceMetrics, KubeRequestMetrics, build info).
+// `dralens node` registers (the preparation's metrics, the node collectors fed by the node view
+// with one dralens_node_claim_info series per prepared claim, the kubelet call counter,
+// SliceMetrics, KubeRequestMetrics, build info).
 //
 // Measured, each over --scrapes scrapes:
 //   render text       our writer, Prometheus text 0.0.4, from registry->Collect()
@@ -33,11 +35,19 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "driver/discovery/device_source.h"
+#include "driver/plugin/call_telemetry.h"
 #include "driver/prepare/checkpoint.h"
+#include "driver/prepare/checkpoint_journal.h"
+#include "driver/prepare/claim_ledger.h"
+#include "driver/prepare/claim_status.h"
+#include "driver/prepare/mig_manager.h"
+#include "driver/prepare/node_view.h"
 #include "driver/prepare/prepare_telemetry.h"
+#include "driver/prepare/sharing_applier.h"
 #include "driver/slices/slice_builder.h"
 #include "driver/slices/slice_publisher.h"
 #include "exporter/http/metrics_server.h"
+#include "exporter/node/node_collectors.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
@@ -143,11 +153,19 @@ int Main(int argc, char** argv) {
       .Add({{"version", "bench"}, {"role", "node"}})
       .Set(1);
   k8s::KubeRequestMetrics kube = k8s::KubeRequestMetrics::Create(*registry);
-  prepare::PrepareMetrics metrics(*registry, exemplars);
+  prepare::PrepareMetrics metrics = prepare::PrepareMetrics::Create(*registry, exemplars);
+  prepare::CheckpointJournalMetrics journal = prepare::CheckpointJournalMetrics::Create(*registry);
+  prepare::ClaimLedgerMetrics ledger = prepare::ClaimLedgerMetrics::Create(*registry);
+  prepare::MigMetrics mig_metrics = prepare::MigMetrics::Create(*registry);
+  prepare::SharingMetrics sharing = prepare::SharingMetrics::Create(*registry);
+  prepare::ClaimStatusMetrics status = prepare::ClaimStatusMetrics::Create(*registry);
+  driver::plugin::KubeletCallMetrics calls = driver::plugin::KubeletCallMetrics::Create(*registry);
+  exporter::NodeCollectors collectors(*registry);
+  prepare::NodeViewPublisher view("gpu.dralens.dev", "bench-node", collectors);
   driver::slices::SliceMetrics slices(*registry);
 
   // 256 prepared claims over the 56 MIG devices (several claims share a device).
-  prepare::Checkpoint checkpoint;
+  auto checkpoint = std::make_shared<prepare::Checkpoint>();
   const auto& migs = inventory->mig_devices();
   for (int i = 0; i < kClaims; ++i) {
     const model::MigDevice& mig = migs[i % migs.size()];
@@ -158,12 +176,14 @@ int Main(int argc, char** argv) {
     prepare::CheckpointDevice device;
     device.device = driver::slices::MigDeviceName(mig);
     device.pool = "bench-node";
-    device.type = "mig";
+    device.type = model::DeviceType::kMig;
     device.uuid = mig.uuid;
     claim.devices.push_back(device);
-    checkpoint.claims[absl::StrCat("uid-", i)] = claim;
+    checkpoint->claims[absl::StrCat("00000000-0000-4000-8000-", 100000000000 + i)] = claim;
   }
-  metrics.Refresh(*inventory, checkpoint);
+  view.SetInventory(*inventory);
+  view.OnLedgerChanged(prepare::CheckpointSnapshot{.generation = 1, .checkpoint = checkpoint});
+  ledger.in_state[static_cast<int>(prepare::ClaimState::kPrepareCompleted)]->Set(kClaims);
 
   // Traced observations across the buckets, and the usual call and request counters.
   for (int i = 0; i < 20000; ++i) {
@@ -173,9 +193,15 @@ int Main(int argc, char** argv) {
         i % 3 == 0 ? prepare::Operation::kUnprepare : prepare::Operation::kPrepare,
         i % 50 == 0 ? prepare::FailureReason::kApiError : prepare::FailureReason::kNone,
         absl::Seconds(seconds), trace);
-    metrics.ObservePhase(static_cast<prepare::Phase>(i % 5), absl::Seconds(seconds / 3));
-    metrics.RecordCall(prepare::Operation::kPrepare, i % 2 ? "v1" : "v1beta1", i % 50 != 0);
-    metrics.RecordCheckpointWrite(true);
+    metrics.phases[i % prepare::kPhaseCount]->Observe(seconds / 3);
+    calls.Record(prepare::Operation::kPrepare,
+                 i % 2 ? driver::plugin::KubeletApi::kV1 : driver::plugin::KubeletApi::kV1beta1,
+                 i % 50 != 0);
+    journal.writes_ok.Increment();
+    mig_metrics.Record(prepare::MigOperation::kCreate, true, absl::Milliseconds(40));
+    ledger.transitions[0][1]->Increment();
+    sharing.Record(driver::sharing::SharingStrategy::kExclusive, prepare::SharingOutcome::kGranted);
+    status.Record(prepare::StatusWrite::kPublish, prepare::StatusWriteResult::kOk);
     kube.RecordRequest("get", "resourceclaims", 200);
   }
   kube.RecordRequest("list", "resourceslices", 200);

@@ -47,6 +47,8 @@ PENDING_CLUSTER_FLAGS: set = set()
 NODE_RULES = {
     ("resource.k8s.io", "resourceslices"): {"list", "create", "update", "delete"},
     ("resource.k8s.io", "resourceclaims"): {"get"},
+    ("resource.k8s.io", "resourceclaims/status"): {"update"},
+    ("resource.k8s.io", "resourceclaims/driver"): {"associated-node:update"},
     ("", "nodes"): {"get"},
 }
 CLUSTER_RULES = {
@@ -365,7 +367,13 @@ class ChartTest(unittest.TestCase):
                         for field in ("apiGroups", "resources", "verbs", "resourceNames"):
                             self.assertNotIn("*", rule.get(field, []), f"{role['metadata']['name']}: wildcard {field}")
                         self.assertNotIn("nonResourceURLs", rule)
-                self.assertEqual(self.grants(one(docs, "ClusterRole", "-node")), NODE_RULES)
+                node_role = one(docs, "ClusterRole", "-node")
+                self.assertEqual(self.grants(node_role), NODE_RULES)
+                # The granular status permission covers this driver's entries only.
+                for rule in node_role["rules"]:
+                    if "resourceclaims/driver" in rule["resources"]:
+                        self.assertEqual(rule["resources"], ["resourceclaims/driver"])
+                        self.assertEqual(rule["resourceNames"], [values["driverName"]])
                 self.assertEqual(self.grants(one(docs, "ClusterRole", "-cluster")), CLUSTER_RULES)
                 leases = by_kind(docs, "Role")
                 if values["cluster"]["leaderElection"]["enabled"]:

@@ -7,6 +7,11 @@ ResourceType, and the informers the cluster role starts, which list and watch), 
 result with the rules the chart test holds the rendered ClusterRoles and the leader-election
 Role to (tests/chart/chart_test.py). A call the chart does not grant fails, and so does a grant
 no code uses.
+
+A call with a subresource argument ("status") is a call on "<plural>/status". Since Kubernetes
+1.36 (DRAResourceClaimGranularStatusAuthorization), a node-local driver that writes a
+ResourceClaim's status.devices also needs the synthetic "resourceclaims/driver" subresource with
+the node-aware verb "associated-node:<verb>" (for its own driver name): DERIVED adds it.
 """
 import importlib.util
 import pathlib
@@ -24,6 +29,15 @@ VERBS = {"Get": "get", "List": "list", "Watch": "watch", "Create": "create", "Up
          "MergePatch": "patch", "Delete": "delete", "DeleteCollection": "deletecollection"}
 CALL = re.compile(r"\.(Get|List|Watch|Create|Update|MergePatch|Delete|DeleteCollection)\(\s*"
                   r"(?:k8s::)?(k[A-Z]\w+)\s*,")
+# The subresource argument of an Update or MergePatch: the last argument, a string literal.
+SUBRESOURCE = re.compile(r',\s*"(status)"\s*\)$')
+# Writes that need a second permission, keyed by the write's (group, resource) and verb.
+DERIVED = {
+    (("resource.k8s.io", "resourceclaims/status"), "update"):
+        (("resource.k8s.io", "resourceclaims/driver"), "associated-node:update"),
+    (("resource.k8s.io", "resourceclaims/status"), "patch"):
+        (("resource.k8s.io", "resourceclaims/driver"), "associated-node:patch"),
+}
 # k8s::ListAll(client, kType, ...) pages through List.
 LIST_ALL = re.compile(r"ListAll\(\s*[\w*.>-]+\s*,\s*(?:k8s::)?(k[A-Z]\w+)\s*,")
 TYPE = re.compile(r'inline const ResourceType (k\w+)\{"([^"]*)",\s*"[^"]*",\s*"([^"]+)"')
@@ -49,14 +63,43 @@ def sources(paths):
                 yield f
 
 
+def call_text(text, start):
+    """The call starting at `start` (just after its opening parenthesis), to the matching ')'."""
+    depth, i, quoted = 1, start, False
+    while depth > 0 and i < len(text):
+        c = text[i]
+        if quoted:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        i += 1
+    return text[start:i]
+
+
 def calls(paths, types):
     out = {}
     for f in sources(paths):
         text = f.read_text()
-        for method, name in CALL.findall(text):
+        for match in CALL.finditer(text):
+            method, name = match.group(1), match.group(2)
             if name not in types:
                 raise AssertionError(f"{f}: {name} is not a ResourceType of src/k8s/client.h")
-            out.setdefault(types[name], set()).add(VERBS[method])
+            group, plural = types[name]
+            verb = VERBS[method]
+            sub = SUBRESOURCE.search(call_text(text, text.index("(", match.start()) + 1))
+            if sub and method in ("Update", "MergePatch"):
+                plural = f"{plural}/{sub.group(1)}"
+            out.setdefault((group, plural), set()).add(verb)
+            if ((group, plural), verb) in DERIVED:
+                resource, derived_verb = DERIVED[((group, plural), verb)]
+                out.setdefault(resource, set()).add(derived_verb)
         for name in LIST_ALL.findall(text):
             out.setdefault(types[name], set()).add("list")
         if f.name == "cluster_watch.cc":
@@ -85,6 +128,15 @@ class RbacCallsTest(unittest.TestCase):
     def test_leader_election(self):
         found = calls(LEADER_SOURCES, self.types)
         self.assertEqual(found, {("coordination.k8s.io", "leases"): {"get", "create", "update"}})
+
+    def test_a_status_write_is_a_subresource_call_with_its_granular_permission(self):
+        sample = ('client_.Update(k8s::kResourceClaims, ns, claim, "status");\n'
+                  'client_.Update(k8s::kResourceSlices, "", slice, "");')
+        found = {}
+        for match in CALL.finditer(sample):
+            sub = SUBRESOURCE.search(call_text(sample, sample.index("(", match.start()) + 1))
+            found[match.group(2)] = sub.group(1) if sub else ""
+        self.assertEqual(found, {"kResourceClaims": "status", "kResourceSlices": ""})
 
     def test_the_scan_sees_multi_line_calls(self):
         # Calls wrapped over lines (clang-format does that) must count.

@@ -10,7 +10,12 @@ until, or fails when the deadline passes before:
   - /api/v1/query_exemplars on dralens_node_claim_duration_seconds_bucket returns trace ids that
     the OTLP receiver also got;
   - DralensCapacityStranded and DralensClaimUnsatisfiable have been pending and are firing;
-  - kubectl lists the demo's ResourceSlices and ResourceClaims from the embedded API server.
+  - kubectl lists the demo's ResourceSlices and ResourceClaims from the embedded API server;
+  - GPU utilisation joins with claims: a synthetic dcgm-exporter served here (its series carry
+    the demo GPUs' UUIDs, as dcgm-exporter labels them) is scraped by the demo's Prometheus
+    (--prometheus-dcgm-targets), and DCGM_FI_DEV_GPU_UTIL joined with dralens_node_claim_info
+    on UUID gives each prepared claim its GPU's utilisation;
+  - a prepared claim carries our ResourceClaim status.devices entry (read through kubectl).
 Then Ctrl-C (SIGINT) must stop the demo, Prometheus included, with exit code 0.
 
 Exit codes: 0 pass, 1 fail, 77 skipped (no prometheus binary).
@@ -65,6 +70,75 @@ FAULT_QUERIES = [
 
 def log(*args):
     print(time.strftime("%H:%M:%S"), *args, flush=True)
+
+
+class FakeDcgmExporter:
+    """Serves DCGM_FI_DEV_GPU_UTIL for the demo's GPUs as dcgm-exporter labels it (gpu, UUID,
+    pci_bus_id, device, modelName, Hostname), with a utilisation derived from the UUID, so the
+    join's values can be checked. The GPUs are learnt from the demo's Prometheus
+    (dralens_device_info) once it answers; until then the body is empty."""
+
+    def __init__(self):
+        self.prometheus = None
+        exporter = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = exporter.render().encode()
+                self.send_response(200 if self.path == "/metrics" else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.target = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def utilisation(uuid):
+        return sum(uuid.encode()) % 97 + 1
+
+    def render(self):
+        lines = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
+                 "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
+        if self.prometheus is not None:
+            try:
+                gpus = self.prometheus.query('dralens_device_info{type="gpu"}')
+            except Exception:  # Prometheus not ready yet: nothing to serve
+                gpus = []
+            for i, r in enumerate(sorted(gpus, key=lambda r: r["metric"]["uuid"])):
+                m = r["metric"]
+                node = m["instance"]
+                lines.append(
+                    f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="{m["uuid"]}",'
+                    f'pci_bus_id="{m.get("pci_bus_id", "")}",device="nvidia{i}",'
+                    f'modelName="{m.get("product", "")}",Hostname="{node}"}} '
+                    f'{self.utilisation(m["uuid"])}')
+        return "\n".join(lines) + "\n"
+
+
+JOIN = ('dralens_node_claim_info * on (UUID, GPU_I_ID) group_left () '
+        'max by (UUID, GPU_I_ID) (DCGM_FI_DEV_GPU_UTIL)')
+
+
+def join_problems(prom):
+    """"" when the utilisation join gives prepared claims their GPUs' values, else why not."""
+    joined = prom.query(JOIN)
+    if not joined:
+        return "the join of DCGM_FI_DEV_GPU_UTIL with dralens_node_claim_info is empty"
+    for r in joined:
+        m = r["metric"]
+        for label in ("namespace", "claim", "uid", "dra_claim_name", "dra_device_name"):
+            if not m.get(label):
+                return f"a joined series lacks {label}: {m}"
+        want = FakeDcgmExporter.utilisation(m["UUID"])
+        if float(r["value"][1]) != want:
+            return f"claim {m['claim']} on {m['UUID']}: {r['value'][1]}, want {want}"
+    return ""
 
 
 class OtlpReceiver:
@@ -258,6 +332,20 @@ def kubectl(kubectl_path, server, home, *args):
                           env=env, capture_output=True, text=True, timeout=60)
 
 
+def device_status_problems(kubectl_path, server, home):
+    """"" when some claim of the demo carries our Ready status.devices entry."""
+    out = kubectl(kubectl_path, server, home, "get", "resourceclaims", "-A", "-o", "json")
+    if out.returncode != 0:
+        return f"kubectl get resourceclaims failed ({out.returncode}): {out.stderr}"
+    for claim in json.loads(out.stdout).get("items", []):
+        for entry in claim.get("status", {}).get("devices", []) or []:
+            ready = [c for c in entry.get("conditions", []) if c.get("type") == "Ready"]
+            if (entry.get("driver") == "gpu.dralens.dev" and ready
+                    and ready[0].get("status") == "True" and entry.get("data", {}).get("uuid")):
+                return ""
+    return "no ResourceClaim carries a Ready status.devices entry of gpu.dralens.dev"
+
+
 def render_rules(out_path):
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "alerts", "render_test_overrides.py"),
            "--for", ALERT_FOR, "-o", out_path]
@@ -280,6 +368,7 @@ def main():
 
     scratch = tempfile.mkdtemp(prefix="dralens-e2e-")
     receiver = OtlpReceiver()
+    dcgm = FakeDcgmExporter()
     rules = os.path.join(scratch, "rules.yaml")
     render_rules(rules)
     env = dict(os.environ)
@@ -294,6 +383,7 @@ def main():
     argv = [args.dralens, "demo", "-v", "--with-prometheus",
             f"--prometheus-binary={args.prometheus}",
             f"--prometheus-rules={rules}",
+            f"--prometheus-dcgm-targets={dcgm.target}",
             "--prometheus-address=127.0.0.1:0",
             "--api-server-address=127.0.0.1:0",
             "--metrics-address=127.0.0.1:0",
@@ -319,21 +409,24 @@ def main():
                                  + demo.output()[-4000:])
         log("demo up: prometheus", prom_url, "api server", api_url)
         prom = Prometheus(prom_url)
+        dcgm.prometheus = prom
 
-        # All three targets (cluster role, two nodes) scraped, in OpenMetrics.
+        # All four targets (cluster role, two nodes, the DCGM exporter) scraped.
         while True:
             targets = prom.api("targets")["activeTargets"]
             jobs = sorted((t["labels"]["job"], t["health"]) for t in targets)
-            if len(targets) == 3 and all(h == "up" for _, h in jobs):
+            if len(targets) == 4 and all(h == "up" for _, h in jobs):
                 break
             if time.monotonic() > deadline:
                 raise AssertionError(f"targets never all up: {jobs}")
             time.sleep(1)
-        assert [j for j, _ in jobs] == ["dralens-cluster", "dralens-node", "dralens-node"], jobs
+        assert [j for j, _ in jobs] == ["dcgm-exporter", "dralens-cluster", "dralens-node",
+                                        "dralens-node"], jobs
         log("targets up:", jobs)
 
         missing, shared, states = ["(not checked yet)"], set(), {}
         ids, ex_ids = set(), set()
+        join = "(not checked yet)"
         while time.monotonic() < deadline:
             if demo.proc.poll() is not None:
                 raise AssertionError("the demo exited early:\n" + demo.output()[-4000:])
@@ -343,13 +436,15 @@ def main():
             shared = ex_ids & ids
             states = alert_states(prom)
             fired = all({"firing", "was_pending"} <= states.get(a, set()) for a in ALERTS_TO_FIRE)
-            log(f"empty queries {len(missing)}, exemplars {len(ex_ids)} "
+            join = join_problems(prom)
+            log(f"empty queries {len(missing)}, join {'ok' if not join else 'not yet'}, "
+                f"exemplars {len(ex_ids)} "
                 f"(also received: {len(shared)}), spans {spans}, alerts "
                 + ", ".join(f"{a}={sorted(states.get(a, []))}" for a in ALERTS_TO_FIRE))
             if len(missing) <= 3:
                 for m in missing:
                     log("  still empty:", m)
-            if not missing and shared and fired:
+            if not missing and shared and fired and not join:
                 break
             time.sleep(3)
         if missing:
@@ -362,6 +457,8 @@ def main():
         for a in ALERTS_TO_FIRE:
             if not {"firing", "was_pending"} <= states.get(a, set()):
                 failures.append(f"{a} did not go pending then firing: {sorted(states.get(a, []))}")
+        if join:
+            failures.append(f"GPU utilisation does not join with claims: {join}")
 
         home = os.path.join(scratch, "home")
         os.makedirs(home)
@@ -384,6 +481,9 @@ def main():
             if not re.search(r"^demo\s+\S+", out.stdout, re.M):
                 failures.append("kubectl lists no ResourceClaim in namespace demo:\n"
                                 + out.stdout)
+            status = device_status_problems(args.kubectl, api_url, home)
+            if status:
+                failures.append(status)
     except Exception as e:  # reported with the demo's output below
         failures.append(f"{type(e).__name__}: {e}")
     finally:
@@ -399,6 +499,7 @@ def main():
         else:
             code = demo.proc.returncode
         receiver.server.shutdown()
+        dcgm.server.shutdown()
     if code not in (0, None):
         failures.append(f"the demo exited with code {code}")
     if prom_url := demo.find(r"^\s*Prometheus:\s+(http://\S+)"):

@@ -14,10 +14,8 @@
 
 #include "absl/strings/match.h"
 #include "driver/plugin/dra_service.h"
-#include "driver/prepare/prepare_telemetry.h"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
-#include "src/telemetry/exemplar.h"
 #include "src/telemetry/tracing/in_memory_span_exporter.h"
 #include "src/telemetry/tracing/sampler.h"
 #include "src/telemetry/tracing/simple_span_processor.h"
@@ -65,16 +63,15 @@ void FuzzCall(const uint8_t* data, size_t size,
     return;
   }
   static prometheus::Registry* registry = new prometheus::Registry();
-  static telemetry::ExemplarStore* exemplars = new telemetry::ExemplarStore();
-  static driver::prepare::PrepareMetrics* metrics =
-      new driver::prepare::PrepareMetrics(*registry, *exemplars);
+  static driver::plugin::KubeletCallMetrics* metrics =
+      new driver::plugin::KubeletCallMetrics(driver::plugin::KubeletCallMetrics::Create(*registry));
   telemetry::TracingStats stats;
   telemetry::SimpleSpanProcessor processor(std::make_unique<telemetry::InMemorySpanExporter>(),
                                            stats);
   telemetry::TracerImpl tracer(processor, telemetry::MakeAlwaysOnSampler(), common::RealClock());
   driver::plugin::FakeClaimHandler handler;
   std::set<std::string> uids = Script(request, handler);
-  Service service(handler, driver::plugin::CallTelemetry{metrics, &tracer});
+  Service service(handler, driver::plugin::CallTelemetry{.metrics = *metrics, .tracer = tracer});
   Response response;
   grpc::Status status = (service.*method)(nullptr, &request, &response);
   FUZZ_CHECK(status.ok(), "per-claim failures never become a gRPC error");

@@ -56,7 +56,9 @@ bool bool_yes_no bool_on_off
 """.split())
 DATASOURCE_REFS = {"$datasource", "${datasource}", "$prometheus_datasource",
                    "${prometheus_datasource}"}
-EXTERNAL = {"up"}
+# Series of other exporters that dralens panels read: Prometheus's own, and dcgm-exporter's
+# utilisation, which the Node dashboard joins with dralens_node_claim_info.
+EXTERNAL = {"up", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"}
 RANGE_VARIABLES = {"$__rate_interval", "${__rate_interval}"}
 # dralens: queries on these histograms must ask for exemplars (trace ids).
 EXEMPLAR_METRICS = {"dralens_node_claim_duration_seconds_bucket"}

@@ -340,12 +340,13 @@ def load_catalogue(path):
         raise SystemExit(f"{path}: no metrics:begin/metrics:end table")
     catalogue = {}
     for line in m.group(1).splitlines():
+        # | metric | type | labels | roles | stability | description |
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 5 or not cells[0].startswith("`"):
+        if len(cells) != 6 or not cells[0].startswith("`"):
             continue
         name = cells[0].strip("`")
         labels = [l.strip().strip("`") for l in cells[2].split(",") if l.strip()]
-        catalogue[name] = Metric(name, cells[1], labels, cells[3], cells[4])
+        catalogue[name] = Metric(name, cells[1], labels, cells[3], cells[5])
     if not catalogue:
         raise SystemExit(f"{path}: the metric table is empty")
     return catalogue

@@ -74,6 +74,18 @@ Json EncodeSpan(const SpanData& span) {
   if (span.dropped_events > 0) {
     out["droppedEventsCount"] = span.dropped_events;
   }
+  if (!span.links.empty()) {
+    Json links = Json::array();
+    for (const SpanLink& link : span.links) {
+      links.push_back(Json{{"traceId", link.context.trace_id.ToHex()},
+                           {"spanId", link.context.span_id.ToHex()},
+                           {"attributes", EncodeAttributes(link.attributes)}});
+    }
+    out["links"] = std::move(links);
+  }
+  if (span.dropped_links > 0) {
+    out["droppedLinksCount"] = span.dropped_links;
+  }
   Json status{{"code", static_cast<int>(span.status_code)}};
   if (span.status_code == StatusCode::kError && !span.status_message.empty()) {
     status["message"] = span.status_message;

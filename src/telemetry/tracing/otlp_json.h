@@ -23,7 +23,7 @@ struct InstrumentationScope {
 
 // The request body for `spans`, all under one resource and one scope:
 //   {"resourceSpans":[{"resource":{...},"scopeSpans":[{"scope":{...},"spans":[...]}]}]}
-// Root spans carry no `parentSpanId`; `links` is never sent (dralens records none); NaN and
+// Root spans carry no `parentSpanId`; `links` only when the span has some; NaN and
 // infinite doubles are the strings "NaN", "Infinity", "-Infinity" as proto3 JSON requires;
 // invalid UTF-8 in strings is replaced by U+FFFD. Precondition: `spans` is not empty, as OTLP
 // asks for no empty envelopes. Pure and thread-safe.

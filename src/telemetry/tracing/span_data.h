@@ -46,9 +46,16 @@ struct SpanEvent {
   Attributes attributes;
 };
 
+// A pointer from one span to another span, usually in another trace: OTLP `Span.Link`.
+struct SpanLink {
+  SpanContext context;
+  Attributes attributes;
+};
+
 // Per-span caps, as the OTel SDK defaults: a runaway caller cannot grow a span without bound.
 inline constexpr size_t kMaxSpanAttributes = 128;
 inline constexpr size_t kMaxSpanEvents = 128;
+inline constexpr size_t kMaxSpanLinks = 128;
 
 struct SpanData {
   SpanContext context;
@@ -60,11 +67,13 @@ struct SpanData {
   absl::Time end_time;
   Attributes attributes;
   std::vector<SpanEvent> events;
+  std::vector<SpanLink> links;
   StatusCode status_code = StatusCode::kUnset;
   // Only meaningful with kError.
   std::string status_message;
   uint32_t dropped_attributes = 0;
   uint32_t dropped_events = 0;
+  uint32_t dropped_links = 0;
 };
 
 }  // namespace dralens::telemetry

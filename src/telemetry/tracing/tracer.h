@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -41,6 +42,9 @@ struct StartSpanOptions {
   std::optional<TraceId> trace_id = std::nullopt;
   // Defaults to the tracer's clock.
   std::optional<absl::Time> start_time = std::nullopt;
+  // Spans this one points at (e.g. the call that carried the work it does); links to invalid
+  // contexts are dropped, and beyond kMaxSpanLinks counted as dropped.
+  std::vector<SpanLink> links = {};
 };
 
 // One operation. A span belongs to one thread at a time: its methods are not synchronized.

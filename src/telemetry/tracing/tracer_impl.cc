@@ -135,6 +135,16 @@ SpanPtr TracerImpl::StartSpan(absl::string_view name, const StartSpanOptions& op
   data.name = std::string(name);
   data.kind = options.kind;
   data.start_time = options.start_time.value_or(clock_.Now());
+  for (const SpanLink& link : options.links) {
+    if (!link.context.IsValid()) {
+      continue;
+    }
+    if (data.links.size() >= kMaxSpanLinks) {
+      ++data.dropped_links;
+      continue;
+    }
+    data.links.push_back(link);
+  }
   return SpanPtr(new RecordingSpan(*this, std::move(data)));
 }
 

@@ -35,7 +35,7 @@ ClaimRef Claim(const std::string& uid, const std::string& name = "claim") {
 TEST(PrepareClaimsTest, OneEntryPerDistinctUidAndHandlerSeesEachOnce) {
   FakeClaimHandler handler;
   auto results =
-      PrepareClaims(handler, {Claim("a", "first"), Claim("b"), Claim("a", "second")}, "v1");
+      PrepareClaims(handler, {Claim("a", "first"), Claim("b"), Claim("a", "second")}, "v1", {});
   ASSERT_THAT(results, SizeIs(2));
   EXPECT_EQ(results["a"].devices, std::vector{FakeClaimHandler::DefaultDevice("a")});
   EXPECT_EQ(results["b"].error, "");
@@ -48,7 +48,7 @@ TEST(PrepareClaimsTest, MissingAndUnrequestedEntries) {
   FakeClaimHandler handler;
   handler.Omit("b");
   handler.AddUnrequested("zzz");
-  auto results = PrepareClaims(handler, {Claim("a"), Claim("b")}, "v1");
+  auto results = PrepareClaims(handler, {Claim("a"), Claim("b")}, "v1", {});
   ASSERT_THAT(results, SizeIs(2));
   EXPECT_EQ(results["a"].error, "");
   EXPECT_EQ(results["b"].error, "driver returned no result for this claim");
@@ -59,7 +59,7 @@ TEST(PrepareClaimsTest, MalformedClaimsNeverReachTheHandler) {
   FakeClaimHandler handler;
   auto results = PrepareClaims(
       handler, {Claim("a", ""), ClaimRef{.namespace_name = "", .uid = "b", .name = "x"}, Claim("")},
-      "v1beta1");
+      "v1beta1", {});
   EXPECT_THAT(results,
               ElementsAre(Pair("", Field(&PrepareResult::error, "claim has no uid")),
                           Pair("a", Field(&PrepareResult::error, "claim has no name")),
@@ -70,12 +70,12 @@ TEST(PrepareClaimsTest, MalformedClaimsNeverReachTheHandler) {
 TEST(PrepareClaimsTest, HandlerExceptionBecomesPerClaimErrors) {
   FakeClaimHandler handler;
   handler.Throw();
-  auto results = PrepareClaims(handler, {Claim("a"), Claim("b")}, "v1");
+  auto results = PrepareClaims(handler, {Claim("a"), Claim("b")}, "v1", {});
   EXPECT_THAT(
       results,
       ElementsAre(Pair("a", Field(&PrepareResult::error, "internal error: fake handler failure")),
                   Pair("b", Field(&PrepareResult::error, "internal error: fake handler failure"))));
-  auto unprepared = UnprepareClaims(handler, {Claim("a")}, "v1");
+  auto unprepared = UnprepareClaims(handler, {Claim("a")}, "v1", {});
   EXPECT_THAT(unprepared, ElementsAre(Pair("a", "internal error: fake handler failure")));
 }
 
@@ -84,7 +84,8 @@ TEST(UnprepareClaimsTest, OneEntryPerDistinctUid) {
   handler.SetError("b", "busy");
   handler.Omit("c");
   handler.AddUnrequested("zzz");
-  auto results = UnprepareClaims(handler, {Claim("a"), Claim("b"), Claim("c"), Claim("a")}, "v1");
+  auto results =
+      UnprepareClaims(handler, {Claim("a"), Claim("b"), Claim("c"), Claim("a")}, "v1", {});
   EXPECT_THAT(results, ElementsAre(Pair("a", ""), Pair("b", "busy"),
                                    Pair("c", "driver returned no result for this claim")));
   ASSERT_THAT(handler.UnprepareCalls(), SizeIs(1));
@@ -93,8 +94,8 @@ TEST(UnprepareClaimsTest, OneEntryPerDistinctUid) {
 
 TEST(UnprepareClaimsTest, EmptyInputDoesNotCallTheHandler) {
   FakeClaimHandler handler;
-  EXPECT_THAT(UnprepareClaims(handler, {}, "v1"), IsEmpty());
-  EXPECT_THAT(PrepareClaims(handler, {}, "v1"), IsEmpty());
+  EXPECT_THAT(UnprepareClaims(handler, {}, "v1", {}), IsEmpty());
+  EXPECT_THAT(PrepareClaims(handler, {}, "v1", {}), IsEmpty());
   EXPECT_THAT(handler.PrepareCalls(), IsEmpty());
   EXPECT_THAT(handler.UnprepareCalls(), IsEmpty());
 }
@@ -104,7 +105,7 @@ TEST(UnprepareClaimsTest, EmptyInputDoesNotCallTheHandler) {
 TEST(DraServiceTelemetryTest, OneSpanAndOneCountPerNonEmptyCall) {
   prometheus::Registry registry;
   telemetry::ExemplarStore exemplars;
-  prepare::PrepareMetrics metrics(registry, exemplars);
+  KubeletCallMetrics metrics = KubeletCallMetrics::Create(registry);
   telemetry::TracingStats stats;
   auto exporter = std::make_unique<telemetry::InMemorySpanExporter>();
   auto spans = exporter->storage();
@@ -112,8 +113,8 @@ TEST(DraServiceTelemetryTest, OneSpanAndOneCountPerNonEmptyCall) {
   telemetry::TracerImpl tracer(processor, telemetry::MakeAlwaysOnSampler(), common::RealClock());
   FakeClaimHandler handler;
   handler.SetError("b", "busy");
-  DraServiceV1 v1(handler, CallTelemetry{&metrics, &tracer});
-  DraServiceV1beta1 v1beta1(handler, CallTelemetry{&metrics, &tracer});
+  DraServiceV1 v1(handler, CallTelemetry{.metrics = metrics, .tracer = tracer});
+  DraServiceV1beta1 v1beta1(handler, CallTelemetry{.metrics = metrics, .tracer = tracer});
 
   dra_v1::NodePrepareResourcesRequest empty;
   dra_v1::NodePrepareResourcesResponse empty_response;
@@ -152,20 +153,32 @@ TEST(DraServiceTelemetryTest, OneSpanAndOneCountPerNonEmptyCall) {
   EXPECT_TRUE(names_trace);
   EXPECT_EQ(all[1].name, "NodeUnprepareResources");
   EXPECT_EQ(all[1].status_code, telemetry::StatusCode::kOk);
+  // The handler was told which call carried the claims: each claim span links to it.
+  std::vector<KubeletCall> told = handler.KubeletCalls();
+  ASSERT_THAT(told, SizeIs(2));
+  EXPECT_EQ(told[0].span.span_id, all[0].context.span_id);
+  EXPECT_EQ(told[0].span.trace_id, all[0].context.trace_id);
+  EXPECT_EQ(told[1].span.span_id, all[1].context.span_id);
 
+  // Every (operation, api, result) series exists from the start; two moved.
   std::map<std::string, double> calls;
+  int series = 0;
   for (const prometheus::MetricFamily& f : registry.Collect()) {
     if (f.name != "dralens_node_requests_total") {
       continue;
     }
     for (const prometheus::ClientMetric& m : f.metric) {
+      ++series;
       std::string key;
       for (const auto& l : m.label) {
         key += l.name + "=" + l.value + ",";
       }
-      calls[key] = m.counter.value;
+      if (m.counter.value != 0) {
+        calls[key] = m.counter.value;
+      }
     }
   }
+  EXPECT_EQ(series, 8);
   EXPECT_THAT(calls, ElementsAre(Pair("api=v1,operation=prepare,result=error,", 1),
                                  Pair("api=v1beta1,operation=unprepare,result=ok,", 1)));
 }

@@ -17,9 +17,11 @@ namespace dralens::driver::plugin {
 class FakeClaimHandler : public ClaimHandler {
  public:
   // ClaimHandler
-  std::map<std::string, PrepareResult> Prepare(const std::vector<ClaimRef>& claims) override {
+  std::map<std::string, PrepareResult> Prepare(const std::vector<ClaimRef>& claims,
+                                               const KubeletCall& call) override {
     absl::MutexLock lock(&mu_);
     prepare_calls_.push_back(claims);
+    calls_.push_back(call);
     if (throw_) {
       throw std::runtime_error("fake handler failure");
     }
@@ -43,9 +45,11 @@ class FakeClaimHandler : public ClaimHandler {
     return out;
   }
 
-  std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims) override {
+  std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims,
+                                               const KubeletCall& call) override {
     absl::MutexLock lock(&mu_);
     unprepare_calls_.push_back(claims);
+    calls_.push_back(call);
     if (throw_) {
       throw std::runtime_error("fake handler failure");
     }
@@ -101,6 +105,11 @@ class FakeClaimHandler : public ClaimHandler {
     absl::MutexLock lock(&mu_);
     return unprepare_calls_;
   }
+  // What each call (prepare or unprepare, in order) said about the kubelet call.
+  std::vector<KubeletCall> KubeletCalls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
 
  private:
   absl::Mutex mu_;
@@ -111,6 +120,7 @@ class FakeClaimHandler : public ClaimHandler {
   bool throw_ = false;
   std::vector<std::vector<ClaimRef>> prepare_calls_;
   std::vector<std::vector<ClaimRef>> unprepare_calls_;
+  std::vector<KubeletCall> calls_;
 };
 
 }  // namespace dralens::driver::plugin

@@ -23,6 +23,8 @@
 #include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "driver/proto/dra/v1beta1/api.grpc.pb.h"
 #include "driver/proto/pluginregistration/v1/api.grpc.pb.h"
+#include "prometheus/registry.h"
+#include "src/telemetry/tracing/tracer_impl.h"
 #include "tests/driver/plugin/fake_claim_handler.h"
 
 namespace dralens::driver::plugin {
@@ -87,7 +89,7 @@ class PluginServerTest : public ::testing::Test {
   }
 
   void StartServer() {
-    auto server = PluginServer::Start(options_, handler_);
+    auto server = PluginServer::Start(options_, handler_, Telemetry());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
   }
@@ -101,7 +103,12 @@ class PluginServerTest : public ::testing::Test {
 
   fs::path root_;
   PluginServerOptions options_;
+  CallTelemetry Telemetry() { return CallTelemetry{.metrics = call_metrics_, .tracer = tracer_}; }
+
   FakeClaimHandler handler_;
+  prometheus::Registry registry_;
+  KubeletCallMetrics call_metrics_ = KubeletCallMetrics::Create(registry_);
+  telemetry::NoopTracer tracer_;
   PluginServerPtr server_;
 };
 
@@ -384,14 +391,14 @@ TEST_F(PluginServerTest, ConcurrentCallsEachGetTheirOwnAnswer) {
 
 TEST_F(PluginServerTest, RejectsBadOptions) {
   options_.driver_name = "a/b";
-  EXPECT_EQ(PluginServer::Start(options_, handler_).status().code(),
+  EXPECT_EQ(PluginServer::Start(options_, handler_, Telemetry()).status().code(),
             absl::StatusCode::kInvalidArgument);
   options_.driver_name = "";
-  EXPECT_EQ(PluginServer::Start(options_, handler_).status().code(),
+  EXPECT_EQ(PluginServer::Start(options_, handler_, Telemetry()).status().code(),
             absl::StatusCode::kInvalidArgument);
   options_.driver_name = kDriver;
   options_.plugins_dir = (root_ / std::string(120, 'x')).string();
-  absl::Status status = PluginServer::Start(options_, handler_).status();
+  absl::Status status = PluginServer::Start(options_, handler_, Telemetry()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("AF_UNIX"));
   EXPECT_FALSE(fs::exists(RegSock()));  // nothing was served

@@ -36,7 +36,7 @@ Checkpoint Sample() {
                                        .device = "gpu-0",
                                        .cdi_device_ids = {"k8s.gpu.dralens.dev/claim=uid-a-gpu-0"},
                                        .share_id = std::nullopt,
-                                       .type = "gpu",
+                                       .type = model::DeviceType::kGpu,
                                        .uuid = "GPU-0"});
   CheckpointClaim b;
   b.state = ClaimState::kPrepareStarted;
@@ -48,7 +48,7 @@ Checkpoint Sample() {
                        .device = "gpu-1-mig-1g10gb-19-0",
                        .cdi_device_ids = {},
                        .share_id = "share-1",
-                       .type = "mig",
+                       .type = model::DeviceType::kMig,
                        .uuid = "MIG-1",
                        .dynamic_mig = CheckpointDevice::DynamicMig{.parent_uuid = "GPU-1",
                                                                    .profile = "1g.10gb",
@@ -60,12 +60,12 @@ Checkpoint Sample() {
   mps.mode = sharing::SharingMode::kMps;
   mps.mps.default_active_thread_percentage = 25;
   CheckpointDevice::Sharing mps_share;
-  mps_share.strategy = "mps";
+  mps_share.strategy = sharing::SharingStrategy::kMps;
   mps_share.config = mps;
   mps_share.mps_owner_claim_uid = "uid-z";
   a.devices[0].sharing = mps_share;
   CheckpointDevice::Sharing consumable;
-  consumable.strategy = "consumable";
+  consumable.strategy = sharing::SharingStrategy::kConsumable;
   consumable.consumed_memory = *common::Quantity::Parse("10Gi");
   b.devices[0].sharing = consumable;
   cp.claims.emplace("uid-a", a);
@@ -88,6 +88,24 @@ TEST(CheckpointCodecTest, ABadSharingRecordIsRejectedWithItsPath) {
   ASSERT_FALSE(back.ok());
   EXPECT_THAT(std::string(back.status().message()),
               ::testing::HasSubstr("devices[0].sharing.config: sharing.strategy"));
+}
+
+TEST(CheckpointCodecTest, AnUnknownDeviceTypeOrStrategyIsRejectedWithItsPath) {
+  nlohmann::json file = nlohmann::json::parse(EncodeCheckpoint(Sample()));
+  file["claims"]["uid-a"]["devices"][0]["type"] = "fpga";
+  file["checksum"] = CheckpointChecksum(file);
+  absl::StatusOr<Checkpoint> back = DecodeCheckpoint(file.dump());
+  ASSERT_FALSE(back.ok());
+  EXPECT_THAT(std::string(back.status().message()),
+              ::testing::HasSubstr("devices[0].type: unknown device type \"fpga\""));
+
+  file = nlohmann::json::parse(EncodeCheckpoint(Sample()));
+  file["claims"]["uid-a"]["devices"][0]["sharing"]["strategy"] = "sometimes";
+  file["checksum"] = CheckpointChecksum(file);
+  back = DecodeCheckpoint(file.dump());
+  ASSERT_FALSE(back.ok());
+  EXPECT_THAT(std::string(back.status().message()),
+              ::testing::HasSubstr("sharing.strategy: unknown strategy \"sometimes\""));
 }
 
 TEST(CheckpointCodecTest, EmptyRoundTrip) {
@@ -271,7 +289,7 @@ TEST(CheckpointFixtureTest, Version1Loads) {
   const CheckpointClaim& started = cp.claims.at("7c9d2e40-1b6a-4f0e-8e21-5a4b3c2d1f00");
   EXPECT_EQ(started.state, ClaimState::kPrepareStarted);
   EXPECT_EQ(started.devices[0].share_id, "b1e2c3d4-0000-4000-8000-000000000001");
-  EXPECT_EQ(started.devices[0].type, "mig");
+  EXPECT_EQ(started.devices[0].type, model::DeviceType::kMig);
   // Re-encoding the same content reproduces the fixture's checksum.
   nlohmann::json original = nlohmann::json::parse(Slurp(fixture));
   EXPECT_EQ(nlohmann::json::parse(EncodeCheckpoint(cp))["checksum"], original["checksum"]);

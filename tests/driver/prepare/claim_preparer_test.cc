@@ -12,13 +12,12 @@
 #include "absl/strings/str_split.h"
 #include "driver/discovery/simulated/simulated_device_source.h"
 #include "driver/discovery/simulated/simulated_profile.h"
+#include "driver/prepare/crash_points.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "src/common/clock.h"
 #include "src/k8s/client.h"
-#include "src/k8s/rest_client.h"
-#include "src/sim/api_server.h"
 #include "tests/driver/prepare/prepare_test_util.h"
 
 namespace dralens::driver::prepare {
@@ -30,7 +29,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using testing::Slurp;
-using testing::TempDir;
 
 constexpr char kDriver[] = "gpu.dralens.dev";
 constexpr char kNode[] = "node-a";
@@ -45,54 +43,6 @@ constexpr char kProfile[] = R"({
   ]
 })";
 
-// Delegates to a real client and counts GETs.
-class CountingClient : public k8s::KubeClient {
- public:
-  explicit CountingClient(k8s::KubeClient& inner) : inner_(inner) {}
-  int gets() const { return gets_.load(); }
-
-  // KubeClient
-  absl::StatusOr<json> Get(const k8s::ResourceType& type, absl::string_view ns,
-                           absl::string_view name) override {
-    ++gets_;
-    return inner_.Get(type, ns, name);
-  }
-  absl::StatusOr<k8s::ListResult> List(const k8s::ResourceType& type, absl::string_view ns,
-                                       const k8s::ListOptions& options) override {
-    return inner_.List(type, ns, options);
-  }
-  absl::Status Watch(const k8s::ResourceType& type, absl::string_view ns,
-                     const k8s::WatchOptions& options, const k8s::WatchEventCallback& callback,
-                     k8s::WatchCancel* cancel) override {
-    return inner_.Watch(type, ns, options, callback, cancel);
-  }
-  absl::StatusOr<json> Create(const k8s::ResourceType& type, absl::string_view ns,
-                              const json& object) override {
-    return inner_.Create(type, ns, object);
-  }
-  absl::StatusOr<json> Update(const k8s::ResourceType& type, absl::string_view ns,
-                              const json& object, absl::string_view subresource) override {
-    return inner_.Update(type, ns, object, subresource);
-  }
-  absl::StatusOr<json> MergePatch(const k8s::ResourceType& type, absl::string_view ns,
-                                  absl::string_view name, const json& patch,
-                                  absl::string_view subresource) override {
-    return inner_.MergePatch(type, ns, name, patch, subresource);
-  }
-  absl::Status Delete(const k8s::ResourceType& type, absl::string_view ns, absl::string_view name,
-                      const k8s::DeleteOptions& options) override {
-    return inner_.Delete(type, ns, name, options);
-  }
-  absl::Status DeleteCollection(const k8s::ResourceType& type, absl::string_view ns,
-                                const k8s::ListOptions& options) override {
-    return inner_.DeleteCollection(type, ns, options);
-  }
-
- private:
-  k8s::KubeClient& inner_;
-  std::atomic<int> gets_{0};
-};
-
 struct Result {
   std::string request;  // "gpu" or "gpu/sub"
   std::string device;
@@ -102,36 +52,9 @@ struct Result {
 
 class ClaimPreparerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    rest_ = testing::StartApiServer(server_);
-    ASSERT_NE(rest_, nullptr);
-    counting_ = std::make_unique<CountingClient>(*rest_);
+  ClaimPreparerTest() : h_(testing::Options(kNode, kProfile)) {}
 
-    auto profile = discovery::ParseSimulatedProfileJson(kProfile);
-    ASSERT_TRUE(profile.ok()) << profile.status();
-    auto source = discovery::SimulatedDeviceSource::Create(*profile, kNode);
-    ASSERT_TRUE(source.ok()) << source.status();
-    auto inventory = (*source)->Discover();
-    ASSERT_TRUE(inventory.ok()) << inventory.status();
-    inventory_ = *inventory;
-    Restart();
-  }
-
-  // A fresh preparer over the same directories, as after a process restart.
-  void Restart() {
-    preparer_.reset();
-    store_ = std::make_unique<FileCheckpointStore>(CheckpointPath(dir_.Join("plugins"), kDriver),
-                                                   "boot-1", clock_);
-    cdi_ = std::make_unique<FileCdiWriter>(dir_.Join("cdi"));
-    states_ = std::make_unique<ClaimStateMachine>();
-    ClaimPreparerOptions options;
-    options.driver_name = kDriver;
-    options.pool_name = kNode;
-    auto preparer =
-        ClaimPreparer::Create(options, *counting_, *store_, *cdi_, *states_, inventory_);
-    ASSERT_TRUE(preparer.ok()) << preparer.status();
-    preparer_ = *std::move(preparer);
-  }
+  void Restart(const std::string& boot_id = "boot-1") { h_.Restart(boot_id); }
 
   // Creates a claim and, unless `results` is empty, allocates it. Returns its ref.
   ClaimRef MakeClaim(const std::string& name, const std::vector<Result>& results,
@@ -156,7 +79,7 @@ class ClaimPreparerTest : public ::testing::Test {
                   {"kind", "ResourceClaim"},
                   {"metadata", {{"name", name}, {"namespace", kNs}}},
                   {"spec", {{"devices", {{"requests", requests}}}}}};
-    auto created = rest_->Create(k8s::kResourceClaims, kNs, claim);
+    auto created = h_.client().Create(k8s::kResourceClaims, kNs, claim);
     EXPECT_TRUE(created.ok()) << created.status();
     if (!created.ok()) {
       return {};
@@ -169,38 +92,29 @@ class ClaimPreparerTest : public ::testing::Test {
       }
       json obj = *created;
       obj["status"] = {{"allocation", {{"devices", {{"results", out}}}}}};
-      auto updated = rest_->Update(k8s::kResourceClaims, kNs, obj, "status");
+      auto updated = h_.client().Update(k8s::kResourceClaims, kNs, obj, "status");
       EXPECT_TRUE(updated.ok()) << updated.status();
     }
     return ClaimRef{kNs, (*created)["metadata"]["uid"].get<std::string>(), name};
   }
 
-  std::string SpecPath(const std::string& uid) const {
-    return dir_.Join("cdi/" + CdiSpecFileName(uid));
+  std::string SpecPath(const std::string& uid) const { return h_.SpecPath(uid); }
+  PrepareResult PrepareOne(const ClaimRef& ref) { return h_.PrepareOne(ref); }
+  int Gets() { return h_.client().Calls("get", "resourceclaims"); }
+  double Transitions(ClaimState from, ClaimState to) {
+    return h_
+        .Series("dralens_node_claim_transitions_total",
+                {{"from", std::string(LabelOf(from))}, {"to", std::string(LabelOf(to))}})
+        .value_or(-1);
   }
 
-  PrepareResult PrepareOne(const ClaimRef& ref) {
-    auto out = preparer_->Prepare({ref});
-    EXPECT_THAT(out, SizeIs(1));
-    return out[ref.uid];
-  }
-
-  sim::ApiServer server_;
-  std::unique_ptr<k8s::RestClient> rest_;
-  std::unique_ptr<CountingClient> counting_;
-  model::Inventory inventory_;
-  TempDir dir_;
-  common::FakeClock clock_;
-  std::unique_ptr<FileCheckpointStore> store_;
-  std::unique_ptr<FileCdiWriter> cdi_;
-  std::unique_ptr<ClaimStateMachine> states_;
-  std::unique_ptr<ClaimPreparer> preparer_;
+  testing::PrepareHarness h_;
 };
 
 TEST_F(ClaimPreparerTest, EmptyBatches) {
-  EXPECT_THAT(preparer_->Prepare({}), IsEmpty());
-  EXPECT_THAT(preparer_->Unprepare({}), IsEmpty());
-  EXPECT_EQ(counting_->gets(), 0);
+  EXPECT_THAT(h_.Prepare({}), IsEmpty());
+  EXPECT_THAT(h_.Unprepare({}), IsEmpty());
+  EXPECT_EQ(Gets(), 0);
 }
 
 TEST_F(ClaimPreparerTest, PrepareWritesSpecAndCheckpoint) {
@@ -222,13 +136,13 @@ TEST_F(ClaimPreparerTest, PrepareWritesSpecAndCheckpoint) {
   EXPECT_EQ(spec["devices"][0]["containerEdits"]["deviceNodes"][0]["path"], "/dev/nvidia1");
   EXPECT_EQ(spec["devices"][1]["containerEdits"]["deviceNodes"][0]["path"], "/dev/nvidia0");
 
-  Checkpoint cp = preparer_->CheckpointForTest();
+  Checkpoint cp = h_.checkpoint();
   ASSERT_EQ(cp.claims.count(ref.uid), 1u);
   EXPECT_EQ(cp.claims[ref.uid].state, ClaimState::kPrepareCompleted);
-  EXPECT_EQ(states_->StateOf(ref.uid), ClaimState::kPrepareCompleted);
-  EXPECT_EQ(states_->TransitionCount(ClaimState::kUnprepared, ClaimState::kPrepareStarted), 1);
+  EXPECT_EQ(h_.ledger().StateOf(ref.uid), ClaimState::kPrepareCompleted);
+  EXPECT_EQ(Transitions(ClaimState::kUnprepared, ClaimState::kPrepareStarted), 1);
   // What is on disk matches memory.
-  auto loaded = store_->Load();
+  auto loaded = h_.store().Load();
   ASSERT_TRUE(loaded.ok());
   EXPECT_EQ(loaded->checkpoint, cp);
 }
@@ -237,25 +151,25 @@ TEST_F(ClaimPreparerTest, RePrepareAnswersFromCheckpointWithoutGet) {
   ClaimRef ref = MakeClaim("again", {{"gpu", "gpu-2"}});
   PrepareResult first = PrepareOne(ref);
   ASSERT_EQ(first.error, "");
-  EXPECT_EQ(counting_->gets(), 1);
+  EXPECT_EQ(Gets(), 1);
   PrepareResult second = PrepareOne(ref);
   EXPECT_EQ(second.error, "");
   EXPECT_EQ(second.devices, first.devices);
-  EXPECT_EQ(counting_->gets(), 1);
+  EXPECT_EQ(Gets(), 1);
   // Also after a restart.
   Restart();
   PrepareResult third = PrepareOne(ref);
   EXPECT_EQ(third.devices, first.devices);
-  EXPECT_EQ(counting_->gets(), 1);
+  EXPECT_EQ(Gets(), 1);
 }
 
 TEST_F(ClaimPreparerTest, DuplicatesInABatchGetOneEntry) {
   ClaimRef ref = MakeClaim("dup", {{"gpu", "gpu-3"}});
-  auto out = preparer_->Prepare({ref, ref, ref});
+  auto out = h_.Prepare({ref, ref, ref});
   ASSERT_THAT(out, SizeIs(1));
   EXPECT_EQ(out[ref.uid].error, "");
-  EXPECT_EQ(counting_->gets(), 1);
-  auto un = preparer_->Unprepare({ref, ref});
+  EXPECT_EQ(Gets(), 1);
+  auto un = h_.Unprepare({ref, ref});
   ASSERT_THAT(un, SizeIs(1));
   EXPECT_EQ(un[ref.uid], "");
 }
@@ -264,13 +178,13 @@ TEST_F(ClaimPreparerTest, UnprepareRemovesSpecAndEntryAndIsIdempotent) {
   ClaimRef ref = MakeClaim("un", {{"gpu", "gpu-4"}});
   ASSERT_EQ(PrepareOne(ref).error, "");
   ASSERT_TRUE(std::filesystem::exists(SpecPath(ref.uid)));
-  auto out = preparer_->Unprepare({ref});
+  auto out = h_.Unprepare({ref});
   ASSERT_THAT(out, SizeIs(1));
   EXPECT_EQ(out[ref.uid], "");
   EXPECT_FALSE(std::filesystem::exists(SpecPath(ref.uid)));
-  EXPECT_THAT(preparer_->CheckpointForTest().claims, IsEmpty());
-  EXPECT_EQ(states_->StateOf(ref.uid), ClaimState::kUnprepared);
-  EXPECT_EQ(preparer_->Unprepare({ref})[ref.uid], "");
+  EXPECT_THAT(h_.checkpoint().claims, IsEmpty());
+  EXPECT_EQ(h_.ledger().StateOf(ref.uid), ClaimState::kUnprepared);
+  EXPECT_EQ(h_.Unprepare({ref})[ref.uid], "");
   // The device is free again for another claim.
   ClaimRef next = MakeClaim("un-next", {{"gpu", "gpu-4"}});
   EXPECT_EQ(PrepareOne(next).error, "");
@@ -278,10 +192,10 @@ TEST_F(ClaimPreparerTest, UnprepareRemovesSpecAndEntryAndIsIdempotent) {
 
 TEST_F(ClaimPreparerTest, UnprepareOfUnknownClaimSucceeds) {
   ClaimRef ghost{kNs, "6e0a3f2c-0000-4000-8000-000000000000", "ghost"};
-  auto out = preparer_->Unprepare({ghost});
+  auto out = h_.Unprepare({ghost});
   ASSERT_THAT(out, SizeIs(1));
   EXPECT_EQ(out[ghost.uid], "");
-  EXPECT_EQ(counting_->gets(), 0);
+  EXPECT_EQ(Gets(), 0);
 }
 
 TEST_F(ClaimPreparerTest, ReplacedClaimIsRefused) {
@@ -292,23 +206,23 @@ TEST_F(ClaimPreparerTest, ReplacedClaimIsRefused) {
   EXPECT_THAT(r.error, HasSubstr("claim was replaced"));
   EXPECT_THAT(r.error, HasSubstr(stale.uid));
   EXPECT_FALSE(std::filesystem::exists(SpecPath(stale.uid)));
-  EXPECT_THAT(preparer_->CheckpointForTest().claims, IsEmpty());
+  EXPECT_THAT(h_.checkpoint().claims, IsEmpty());
 }
 
 TEST_F(ClaimPreparerTest, MissingAndUnallocatedClaims) {
   ClaimRef pending = MakeClaim("pending", {{"gpu", "gpu-6"}}, /*allocate=*/false);
   ClaimRef missing{kNs, "6e0a3f2c-0000-4000-8000-000000000001", "does-not-exist"};
-  auto out = preparer_->Prepare({pending, missing});
+  auto out = h_.Prepare({pending, missing});
   ASSERT_THAT(out, SizeIs(2));
   EXPECT_THAT(out[pending.uid].error, HasSubstr("is not allocated"));
   EXPECT_THAT(out[missing.uid].error, HasSubstr("ml/does-not-exist"));
-  EXPECT_THAT(preparer_->CheckpointForTest().claims, IsEmpty());
+  EXPECT_THAT(h_.checkpoint().claims, IsEmpty());
 }
 
 TEST_F(ClaimPreparerTest, ForeignDeviceIsAPerClaimError) {
   ClaimRef bad = MakeClaim("foreign", {{"gpu", "gpu-99"}});
   ClaimRef good = MakeClaim("fine", {{"gpu", "gpu-7"}});
-  auto out = preparer_->Prepare({bad, good});
+  auto out = h_.Prepare({bad, good});
   ASSERT_THAT(out, SizeIs(2));
   EXPECT_THAT(out[bad.uid].error, HasSubstr("gpu-99"));
   EXPECT_THAT(out[bad.uid].error, HasSubstr("does not have"));
@@ -330,7 +244,7 @@ TEST_F(ClaimPreparerTest, OurDeviceInAnotherNodesPoolIsRefused) {
   EXPECT_THAT(r.error, HasSubstr("pool \"node-b\""));
   EXPECT_THAT(r.devices, IsEmpty());
   EXPECT_FALSE(std::filesystem::exists(SpecPath(ref.uid)));
-  EXPECT_EQ(preparer_->CheckpointForTest().claims.count(ref.uid), 0u);
+  EXPECT_EQ(h_.checkpoint().claims.count(ref.uid), 0u);
 }
 
 TEST_F(ClaimPreparerTest, DeviceDoublePrepareIsRefused) {
@@ -342,13 +256,13 @@ TEST_F(ClaimPreparerTest, DeviceDoublePrepareIsRefused) {
   EXPECT_THAT(r.error, HasSubstr("ml/holder"));
   EXPECT_THAT(r.error, HasSubstr("ml/intruder"));
   EXPECT_FALSE(std::filesystem::exists(SpecPath(b.uid)));
-  EXPECT_EQ(preparer_->CheckpointForTest().claims.count(b.uid), 0u);
+  EXPECT_EQ(h_.checkpoint().claims.count(b.uid), 0u);
 }
 
 TEST_F(ClaimPreparerTest, SameDeviceInOneBatchOnlyOneWins) {
   ClaimRef a = MakeClaim("race-a", {{"gpu", "gpu-10"}});
   ClaimRef b = MakeClaim("race-b", {{"gpu", "gpu-10"}});
-  auto out = preparer_->Prepare({a, b});
+  auto out = h_.Prepare({a, b});
   ASSERT_THAT(out, SizeIs(2));
   EXPECT_EQ((out[a.uid].error.empty() ? 1 : 0) + (out[b.uid].error.empty() ? 1 : 0), 1);
 }
@@ -367,15 +281,15 @@ TEST_F(ClaimPreparerTest, PrepareStartedLeftBehindIsRolledBackAndRedone) {
                                            .device = "gpu-12",
                                            .cdi_device_ids = {},
                                            .share_id = std::nullopt,
-                                           .type = "gpu",
+                                           .type = model::DeviceType::kGpu,
                                            .uuid = ""});
   stale.cdi_spec_file = CdiSpecFileName(ref.uid);
   cp.claims[ref.uid] = stale;
-  ASSERT_TRUE(store_->Save(cp).ok());
-  std::filesystem::create_directories(dir_.Join("cdi"));
+  ASSERT_TRUE(h_.store().Save(cp).ok());
+  std::filesystem::create_directories(h_.dir().Join("cdi"));
   testing::Spit(SpecPath(ref.uid), "{\"stale\": true}");
   Restart();
-  EXPECT_EQ(states_->StateOf(ref.uid), ClaimState::kPrepareStarted);
+  EXPECT_EQ(h_.ledger().StateOf(ref.uid), ClaimState::kPrepareStarted);
 
   PrepareResult r = PrepareOne(ref);
   ASSERT_EQ(r.error, "");
@@ -383,10 +297,10 @@ TEST_F(ClaimPreparerTest, PrepareStartedLeftBehindIsRolledBackAndRedone) {
   EXPECT_EQ(r.devices[0].device_name, "gpu-11");
   json spec = json::parse(Slurp(SpecPath(ref.uid)));
   EXPECT_FALSE(spec.contains("stale"));
-  Checkpoint now = preparer_->CheckpointForTest();
+  Checkpoint now = h_.checkpoint();
   EXPECT_EQ(now.claims[ref.uid].state, ClaimState::kPrepareCompleted);
   EXPECT_EQ(now.claims[ref.uid].devices[0].device, "gpu-11");
-  EXPECT_EQ(states_->TransitionCount(ClaimState::kPrepareStarted, ClaimState::kUnprepared), 1);
+  EXPECT_EQ(Transitions(ClaimState::kPrepareStarted, ClaimState::kUnprepared), 1);
   // gpu-12 is not held by the rolled-back entry any more.
   ClaimRef other = MakeClaim("other", {{"gpu", "gpu-12"}});
   EXPECT_EQ(PrepareOne(other).error, "");
@@ -398,32 +312,32 @@ TEST_F(ClaimPreparerTest, SixteenClaimsOnDistinctDevicesInParallel) {
   for (int i = 1; i <= 16; ++i) {
     refs.push_back(MakeClaim(absl::StrCat("par-", i), {{"gpu", absl::StrCat("gpu-", i)}}));
   }
-  auto out = preparer_->Prepare(refs);
+  auto out = h_.Prepare(refs);
   ASSERT_THAT(out, SizeIs(16));
   for (const ClaimRef& ref : refs) {
     EXPECT_EQ(out[ref.uid].error, "") << ref.name;
     EXPECT_TRUE(std::filesystem::exists(SpecPath(ref.uid))) << ref.name;
   }
-  Checkpoint cp = preparer_->CheckpointForTest();
+  Checkpoint cp = h_.checkpoint();
   EXPECT_THAT(cp.claims, SizeIs(16));
   // The file holds every claim: no write was lost to a race.
-  auto loaded = store_->Load();
+  auto loaded = h_.store().Load();
   ASSERT_TRUE(loaded.ok());
   EXPECT_THAT(loaded->checkpoint.claims, SizeIs(16));
-  EXPECT_EQ(states_->CountInState(ClaimState::kPrepareCompleted), 16);
-  auto un = preparer_->Unprepare(refs);
+  EXPECT_EQ(h_.ledger().CountInState(ClaimState::kPrepareCompleted), 16);
+  auto un = h_.Unprepare(refs);
   for (const ClaimRef& ref : refs) {
     EXPECT_EQ(un[ref.uid], "");
   }
-  EXPECT_THAT(testing::ListDir(dir_.Join("cdi")), IsEmpty());
+  EXPECT_THAT(testing::ListDir(h_.dir().Join("cdi")), IsEmpty());
 }
 
 TEST_F(ClaimPreparerTest, UnsafeUidIsRefusedWithoutGet) {
   ClaimRef evil{kNs, "../../etc", "evil"};
   PrepareResult r = PrepareOne(evil);
   EXPECT_THAT(r.error, HasSubstr("claim UID"));
-  EXPECT_EQ(counting_->gets(), 0);
-  EXPECT_THAT(preparer_->Unprepare({evil})[evil.uid], HasSubstr("claim UID"));
+  EXPECT_EQ(Gets(), 0);
+  EXPECT_THAT(h_.Unprepare({evil})[evil.uid], HasSubstr("claim UID"));
 }
 
 // Kill -9 at each step of prepare (a forked child _exits 137 there), then restart in this
@@ -437,7 +351,7 @@ TEST_F(ClaimPreparerTest, CrashAtEachStepRecovers) {
     EXPECT_EXIT(
         {
           setenv(kCrashAtEnv, step, 1);
-          preparer_->Prepare({ref});
+          h_.Prepare({ref});
         },
         ::testing::ExitedWithCode(137), "")
         << step;
@@ -445,41 +359,32 @@ TEST_F(ClaimPreparerTest, CrashAtEachStepRecovers) {
     PrepareResult r = PrepareOne(ref);
     EXPECT_EQ(r.error, "") << step;
     EXPECT_TRUE(std::filesystem::exists(SpecPath(ref.uid))) << step;
-    EXPECT_EQ(preparer_->CheckpointForTest().claims[ref.uid].state, ClaimState::kPrepareCompleted)
-        << step;
+    EXPECT_EQ(h_.checkpoint().claims[ref.uid].state, ClaimState::kPrepareCompleted) << step;
   }
   ClaimRef ref = MakeClaim("crash-un", {{"gpu", "gpu-16"}});
   ASSERT_EQ(PrepareOne(ref).error, "");
   EXPECT_EXIT(
       {
         setenv(kCrashAtEnv, "unprepare-after-cdi-removed", 1);
-        preparer_->Unprepare({ref});
+        h_.Unprepare({ref});
       },
       ::testing::ExitedWithCode(137), "");
   Restart();
-  EXPECT_EQ(preparer_->Unprepare({ref})[ref.uid], "");
+  EXPECT_EQ(h_.Unprepare({ref})[ref.uid], "");
   EXPECT_FALSE(std::filesystem::exists(SpecPath(ref.uid)));
-  EXPECT_EQ(preparer_->CheckpointForTest().claims.count(ref.uid), 0u);
-  EXPECT_EQ(states_->StateOf(ref.uid), ClaimState::kUnprepared);
+  EXPECT_EQ(h_.checkpoint().claims.count(ref.uid), 0u);
+  EXPECT_EQ(h_.ledger().StateOf(ref.uid), ClaimState::kUnprepared);
 }
 
 TEST_F(ClaimPreparerTest, RebootDiscardsPreparedClaims) {
   ClaimRef ref = MakeClaim("before-reboot", {{"gpu", "gpu-1"}});
   ASSERT_EQ(PrepareOne(ref).error, "");
-  preparer_.reset();
-  store_ = std::make_unique<FileCheckpointStore>(CheckpointPath(dir_.Join("plugins"), kDriver),
-                                                 "boot-2", clock_);
-  states_ = std::make_unique<ClaimStateMachine>();
-  ClaimPreparerOptions options;
-  options.driver_name = kDriver;
-  options.pool_name = kNode;
-  auto preparer = ClaimPreparer::Create(options, *counting_, *store_, *cdi_, *states_, inventory_);
-  ASSERT_TRUE(preparer.ok()) << preparer.status();
-  EXPECT_EQ((*preparer)->load_result().origin, LoadedCheckpoint::Origin::kDiscardedReboot);
-  EXPECT_THAT((*preparer)->CheckpointForTest().claims, IsEmpty());
-  EXPECT_EQ(states_->StateOf(ref.uid), ClaimState::kUnprepared);
+  Restart("boot-2");
+  EXPECT_EQ(h_.preparation().load_result().origin, LoadedCheckpoint::Origin::kDiscardedReboot);
+  EXPECT_THAT(h_.checkpoint().claims, IsEmpty());
+  EXPECT_EQ(h_.ledger().StateOf(ref.uid), ClaimState::kUnprepared);
   // The decision was written: the next start loads an empty, current checkpoint.
-  auto loaded = store_->Load();
+  auto loaded = h_.store().Load();
   ASSERT_TRUE(loaded.ok());
   EXPECT_EQ(loaded->origin, LoadedCheckpoint::Origin::kLoaded);
 }

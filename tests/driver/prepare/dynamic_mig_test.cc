@@ -15,8 +15,6 @@
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
-#include "src/k8s/rest_client.h"
-#include "src/sim/api_server.h"
 #include "src/telemetry/exemplar.h"
 #include "tests/driver/prepare/prepare_test_util.h"
 
@@ -27,7 +25,6 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 using testing::Slurp;
-using testing::TempDir;
 
 constexpr char kDriver[] = "gpu.dralens.dev";
 constexpr char kNode[] = "node-m";
@@ -35,37 +32,10 @@ constexpr char kNs[] = "ml";
 
 class DynamicMigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    rest_ = testing::StartApiServer(server_);
-    ASSERT_NE(rest_, nullptr);
-    auto profile = discovery::BuiltinSimulatedProfile("dgx-h100");
-    ASSERT_TRUE(profile.ok()) << profile.status();
-    auto source = discovery::SimulatedDeviceSource::Create(*profile, kNode);
-    ASSERT_TRUE(source.ok()) << source.status();
-    source_ = *std::move(source);
-    auto inventory = source_->Discover();
-    ASSERT_TRUE(inventory.ok()) << inventory.status();
-    inventory_ = *inventory;
-    Restart();
-  }
+  DynamicMigTest()
+      : h_(testing::Options(kNode, "", /*dynamic_mig=*/true)), inventory_(h_.inventory()) {}
 
-  // A fresh preparer over the same directories and the same GPUs, as after a process restart.
-  void Restart() {
-    preparer_.reset();
-    store_ = std::make_unique<FileCheckpointStore>(CheckpointPath(dir_.Join("plugins"), kDriver),
-                                                   "boot-1", common::RealClock());
-    cdi_ = std::make_unique<FileCdiWriter>(dir_.Join("cdi"));
-    states_ = std::make_unique<ClaimStateMachine>();
-    ClaimPreparerOptions options;
-    options.driver_name = kDriver;
-    options.pool_name = kNode;
-    options.dynamic_mig = true;
-    options.mig_source = source_.get();
-    options.metrics = &metrics_;
-    auto preparer = ClaimPreparer::Create(options, *rest_, *store_, *cdi_, *states_, inventory_);
-    ASSERT_TRUE(preparer.ok()) << preparer.status();
-    preparer_ = *std::move(preparer);
-  }
+  void Restart() { h_.Restart(); }
 
   // The published name of `profile` at `start` on GPU `minor`.
   std::string Placement(uint32_t minor, const std::string& profile, uint32_t start) {
@@ -80,13 +50,13 @@ class DynamicMigTest : public ::testing::Test {
   }
 
   ClaimRef MakeClaim(const std::string& name, const std::string& device) {
-    return testing::CreateClaim(*rest_, kNs, name, "slice", "mig.dralens.dev", kDriver, kNode,
+    return testing::CreateClaim(h_.client(), kNs, name, "slice", "mig.dralens.dev", kDriver, kNode,
                                 device);
   }
 
   // The MIG instances that exist on GPU `minor` right now.
   std::vector<model::MigDevice> Instances(uint32_t minor) {
-    auto now = source_->Discover();
+    auto now = h_.source().Discover();
     EXPECT_TRUE(now.ok()) << now.status();
     std::vector<model::MigDevice> out;
     for (const model::MigDevice* d : now->MigDevicesOf(inventory_.FindGpuByMinor(minor)->uuid)) {
@@ -97,35 +67,25 @@ class DynamicMigTest : public ::testing::Test {
 
   // dralens_mig_operations_total{operation, result}.
   double MigOperations(const std::string& operation, const std::string& result) {
-    return testing::SeriesValue(registry_, "dralens_mig_operations_total",
-                                {{"operation", operation}, {"result", result}})
+    return h_.Series("dralens_mig_operations_total", {{"operation", operation}, {"result", result}})
         .value_or(0);
   }
 
   // The value of the `name` series whose labels include `want`, or nullopt when none exists.
   std::optional<double> Gauge(const std::string& name,
                               const std::map<std::string, std::string>& want) {
-    return testing::SeriesValue(registry_, name, want);
+    return h_.Series(name, want);
   }
 
-  TempDir dir_;
-  prometheus::Registry registry_;
-  telemetry::ExemplarStore exemplars_;
-  PrepareMetrics metrics_{registry_, exemplars_};
-  sim::ApiServer server_;
-  std::unique_ptr<k8s::RestClient> rest_;
-  std::unique_ptr<discovery::SimulatedDeviceSource> source_;
-  model::Inventory inventory_;
-  std::unique_ptr<FileCheckpointStore> store_;
-  std::unique_ptr<FileCdiWriter> cdi_;
-  std::unique_ptr<ClaimStateMachine> states_;
-  std::unique_ptr<ClaimPreparer> preparer_;
+  testing::PrepareHarness h_;
+  const model::Inventory inventory_;
+  discovery::SimulatedDeviceSource* source_ = &h_.source();
 };
 
 TEST_F(DynamicMigTest, PrepareCreatesTheInstanceAndUnprepareDestroysIt) {
   const std::string device = Placement(0, "1g.10gb", 3);
   const ClaimRef claim = MakeClaim("small", device);
-  auto out = preparer_->Prepare({claim});
+  auto out = h_.Prepare({claim});
   ASSERT_EQ(out[claim.uid].error, "");
   ASSERT_THAT(out[claim.uid].devices, SizeIs(1));
   EXPECT_EQ(out[claim.uid].devices[0].device_name, device);
@@ -136,23 +96,23 @@ TEST_F(DynamicMigTest, PrepareCreatesTheInstanceAndUnprepareDestroysIt) {
   EXPECT_EQ(instances[0].placement.start, 3u);
 
   // The checkpoint knows the instance; the CDI spec carries its capability nodes.
-  const Checkpoint checkpoint = preparer_->CheckpointForTest();
+  const Checkpoint checkpoint = h_.checkpoint();
   const CheckpointDevice& recorded = checkpoint.claims.at(claim.uid).devices.at(0);
   ASSERT_TRUE(recorded.dynamic_mig.has_value());
   EXPECT_EQ(recorded.dynamic_mig->gi_id, instances[0].gi_id);
   EXPECT_EQ(recorded.dynamic_mig->ci_id, instances[0].ci_id);
   EXPECT_EQ(recorded.uuid, instances[0].uuid);
-  const std::string spec = Slurp(dir_.Join("cdi/" + CdiSpecFileName(claim.uid)));
+  const std::string spec = Slurp(h_.dir().Join("cdi/" + CdiSpecFileName(claim.uid)));
   EXPECT_THAT(spec, HasSubstr("/dev/nvidia-caps/nvidia-cap"));
   EXPECT_THAT(spec, HasSubstr("/dev/nvidia0"));
 
   // A replay creates nothing new.
-  ASSERT_EQ(preparer_->Prepare({claim})[claim.uid].error, "");
+  ASSERT_EQ(h_.Prepare({claim})[claim.uid].error, "");
   EXPECT_THAT(Instances(0), SizeIs(1));
 
-  ASSERT_EQ(preparer_->Unprepare({claim})[claim.uid], "");
+  ASSERT_EQ(h_.Unprepare({claim})[claim.uid], "");
   EXPECT_THAT(Instances(0), SizeIs(0));
-  EXPECT_TRUE(preparer_->CheckpointForTest().claims.empty());
+  EXPECT_TRUE(h_.checkpoint().claims.empty());
   EXPECT_EQ(MigOperations("create", "ok"), 1);
   EXPECT_EQ(MigOperations("destroy", "ok"), 1);
 }
@@ -164,7 +124,7 @@ TEST_F(DynamicMigTest, MigLayoutMetricsFollowTheInstances) {
 
   const std::string device = Placement(0, "1g.10gb", 3);
   const ClaimRef claim = MakeClaim("small", device);
-  ASSERT_EQ(preparer_->Prepare({claim})[claim.uid].error, "");
+  ASSERT_EQ(h_.Prepare({claim})[claim.uid].error, "");
   EXPECT_EQ(Gauge("dralens_mig_devices",
                   {{"parent", "gpu-0"}, {"profile", "1g.10gb"}, {"state", "prepared"}}),
             1);
@@ -172,7 +132,7 @@ TEST_F(DynamicMigTest, MigLayoutMetricsFollowTheInstances) {
   // Seven 1g.10gb fit on an empty H100; one is taken.
   EXPECT_EQ(Gauge("dralens_mig_placeable", {{"parent", "gpu-0"}, {"profile", "1g.10gb"}}), 6);
 
-  ASSERT_EQ(preparer_->Unprepare({claim})[claim.uid], "");
+  ASSERT_EQ(h_.Unprepare({claim})[claim.uid], "");
   EXPECT_EQ(Gauge("dralens_mig_devices", {{"parent", "gpu-0"}, {"profile", "1g.10gb"}}),
             std::nullopt);
   EXPECT_EQ(Gauge("dralens_device_state", {{"device", device}}), std::nullopt);
@@ -182,19 +142,19 @@ TEST_F(DynamicMigTest, MigLayoutMetricsFollowTheInstances) {
 TEST_F(DynamicMigTest, DisjointPlacementsCoexistAndAFailedCreateLeavesNothing) {
   const ClaimRef a = MakeClaim("a", Placement(1, "3g.40gb", 0));
   const ClaimRef b = MakeClaim("b", Placement(1, "3g.40gb", 4));
-  auto out = preparer_->Prepare({a, b});
+  auto out = h_.Prepare({a, b});
   EXPECT_EQ(out[a.uid].error, "");
   EXPECT_EQ(out[b.uid].error, "");
   EXPECT_THAT(Instances(1), SizeIs(2));
 
   // A placement overlapping a's (the scheduler's counters forbid it; the GPU refuses it too).
   const ClaimRef c = MakeClaim("c", Placement(1, "1g.10gb", 1));
-  out = preparer_->Prepare({c});
+  out = h_.Prepare({c});
   EXPECT_THAT(out[c.uid].error, HasSubstr("create MIG 1g.10gb"));
   EXPECT_EQ(MigOperations("create", "error"), 1);
   EXPECT_THAT(Instances(1), SizeIs(2));
-  EXPECT_EQ(preparer_->CheckpointForTest().claims.count(c.uid), 0u);
-  EXPECT_FALSE(std::filesystem::exists(dir_.Join("cdi/" + CdiSpecFileName(c.uid))));
+  EXPECT_EQ(h_.checkpoint().claims.count(c.uid), 0u);
+  EXPECT_FALSE(std::filesystem::exists(h_.dir().Join("cdi/" + CdiSpecFileName(c.uid))));
 }
 
 // A crash between creating the instance and recording its ids leaves PrepareStarted with the
@@ -203,7 +163,7 @@ TEST_F(DynamicMigTest, AStartedClaimsInstanceIsFoundByItsPlacementAndReplaced) {
   const std::string device = Placement(2, "2g.20gb", 2);
   const ClaimRef claim = MakeClaim("crashed", device);
   // What the checkpoint holds after the crash: the intent, no ids.
-  Checkpoint cp = preparer_->CheckpointForTest();
+  Checkpoint cp = h_.checkpoint();
   CheckpointClaim entry;
   entry.state = ClaimState::kPrepareStarted;
   entry.namespace_name = kNs;
@@ -213,7 +173,7 @@ TEST_F(DynamicMigTest, AStartedClaimsInstanceIsFoundByItsPlacementAndReplaced) {
   d.request_names = {"slice"};
   d.pool = kNode;
   d.device = device;
-  d.type = "mig";
+  d.type = model::DeviceType::kMig;
   d.dynamic_mig = CheckpointDevice::DynamicMig{.parent_uuid = inventory_.FindGpuByMinor(2)->uuid,
                                                .profile = "2g.20gb",
                                                .placement_start = 2,
@@ -221,25 +181,24 @@ TEST_F(DynamicMigTest, AStartedClaimsInstanceIsFoundByItsPlacementAndReplaced) {
                                                .ci_id = std::nullopt};
   entry.devices = {d};
   cp.claims[claim.uid] = entry;
-  ASSERT_TRUE(store_->Save(cp).ok());
+  ASSERT_TRUE(h_.store().Save(cp).ok());
   // And the instance the crashed attempt had created (MIG mode on first, as the attempt did).
   ASSERT_TRUE(source_->SetMigMode(d.dynamic_mig->parent_uuid, true).ok());
   auto orphan = source_->CreateMigDevice(d.dynamic_mig->parent_uuid, "2g.20gb", 2);
   ASSERT_TRUE(orphan.ok()) << orphan.status();
 
   Restart();
-  auto out = preparer_->Prepare({claim});
+  auto out = h_.Prepare({claim});
   ASSERT_EQ(out[claim.uid].error, "");
   std::vector<model::MigDevice> instances = Instances(2);
   ASSERT_THAT(instances, SizeIs(1));
   EXPECT_EQ(instances[0].placement.start, 2u);
-  EXPECT_EQ(preparer_->CheckpointForTest().claims.at(claim.uid).state,
-            ClaimState::kPrepareCompleted);
+  EXPECT_EQ(h_.checkpoint().claims.at(claim.uid).state, ClaimState::kPrepareCompleted);
 }
 
 TEST_F(DynamicMigTest, OrphanInstancesAreReclaimedAndOwnedOnesKept) {
   const ClaimRef claim = MakeClaim("kept", Placement(3, "1g.10gb", 0));
-  ASSERT_EQ(preparer_->Prepare({claim})[claim.uid].error, "");
+  ASSERT_EQ(h_.Prepare({claim})[claim.uid].error, "");
   auto orphan = source_->CreateMigDevice(inventory_.FindGpuByMinor(3)->uuid, "1g.10gb", 5);
   ASSERT_TRUE(orphan.ok()) << orphan.status();
   ASSERT_THAT(Instances(3), SizeIs(2));
@@ -247,14 +206,14 @@ TEST_F(DynamicMigTest, OrphanInstancesAreReclaimedAndOwnedOnesKept) {
   Restart();
   auto discovered = source_->Discover();
   ASSERT_TRUE(discovered.ok());
-  auto reclaimed = preparer_->ReclaimOrphanMigInstances(*discovered);
+  auto reclaimed = h_.preparer().ReclaimOrphanMigInstances(*discovered);
   ASSERT_TRUE(reclaimed.ok()) << reclaimed.status();
   EXPECT_EQ(*reclaimed, 1);
   std::vector<model::MigDevice> left = Instances(3);
   ASSERT_THAT(left, SizeIs(1));
   EXPECT_EQ(left[0].placement.start, 0u);
   // The kept claim still unprepares cleanly.
-  ASSERT_EQ(preparer_->Unprepare({claim})[claim.uid], "");
+  ASSERT_EQ(h_.Unprepare({claim})[claim.uid], "");
   EXPECT_THAT(Instances(3), SizeIs(0));
 }
 

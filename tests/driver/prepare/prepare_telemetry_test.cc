@@ -18,8 +18,6 @@
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
-#include "src/k8s/rest_client.h"
-#include "src/sim/api_server.h"
 #include "src/telemetry/exposition.h"
 #include "src/telemetry/tracing/in_memory_span_exporter.h"
 #include "src/telemetry/tracing/sampler.h"
@@ -73,49 +71,14 @@ std::optional<double> Value(prometheus::Registry& registry, const std::string& f
 
 class PrepareTelemetryTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    rest_ = testing::StartApiServer(server_);
-    ASSERT_NE(rest_, nullptr);
-    auto source = discovery::MakeDeviceSource("simulated", "dgx-h100", kNode);
-    ASSERT_TRUE(source.ok()) << source.status();
-    auto inventory = (*source)->Discover();
-    ASSERT_TRUE(inventory.ok()) << inventory.status();
-    inventory_ = *inventory;
-
-    auto exporter = std::make_unique<telemetry::InMemorySpanExporter>();
-    spans_ = exporter->storage();
-    processor_ = std::make_unique<telemetry::SimpleSpanProcessor>(std::move(exporter), stats_);
-    tracer_ = std::make_unique<telemetry::TracerImpl>(*processor_, telemetry::MakeAlwaysOnSampler(),
-                                                      common::RealClock());
-    metrics_ = std::make_unique<PrepareMetrics>(*registry_, exemplars_);
-
-    store_ = std::make_unique<FileCheckpointStore>(CheckpointPath(dir_.Join("plugins"), kDriver),
-                                                   "boot-1", common::RealClock());
-    cdi_ = std::make_unique<FileCdiWriter>(dir_.Join("cdi"));
-    ClaimPreparerOptions options;
-    options.driver_name = kDriver;
-    options.pool_name = kNode;
-    options.metrics = metrics_.get();
-    options.tracer = tracer_.get();
-    auto preparer = ClaimPreparer::Create(options, *rest_, *store_, *cdi_, states_, inventory_);
-    ASSERT_TRUE(preparer.ok()) << preparer.status();
-    preparer_ = *std::move(preparer);
-  }
+  PrepareTelemetryTest() : h_(testing::Options(kNode)), inventory_(h_.inventory()) {}
 
   // Creates a claim; allocates `device` to it unless empty.
   ClaimRef MakeClaim(const std::string& name, const std::string& device) {
-    return testing::CreateClaim(*rest_, kNs, name, "gpu", kDriver, kDriver, kNode, device);
+    return testing::CreateClaim(h_.client(), kNs, name, "gpu", kDriver, kDriver, kNode, device);
   }
 
-  std::vector<telemetry::SpanData> SpansNamed(const std::string& name) {
-    std::vector<telemetry::SpanData> out;
-    for (const telemetry::SpanData& s : spans_->spans()) {
-      if (s.name == name) {
-        out.push_back(s);
-      }
-    }
-    return out;
-  }
+  std::vector<telemetry::SpanData> SpansNamed(const std::string& name) { return h_.Spans(name); }
 
   static std::string Attribute(const telemetry::SpanData& span, const std::string& key) {
     for (const telemetry::Attribute& a : span.attributes) {
@@ -128,26 +91,15 @@ class PrepareTelemetryTest : public ::testing::Test {
 
   double Claims(const std::string& operation, const std::string& result,
                 const std::string& reason) {
-    return Value(*registry_, "dralens_node_claims_total",
+    return Value(h_.registry(), "dralens_node_claims_total",
                  {{"operation", operation}, {"result", result}, {"reason", reason}})
         .value_or(0);
   }
 
-  testing::TempDir dir_;
-  sim::ApiServer server_;
-  std::unique_ptr<k8s::RestClient> rest_;
-  model::Inventory inventory_;
-  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
-  telemetry::ExemplarStore exemplars_;
-  telemetry::TracingStats stats_;
-  std::shared_ptr<telemetry::InMemorySpanExporter::Storage> spans_;
-  std::unique_ptr<telemetry::SimpleSpanProcessor> processor_;
-  std::unique_ptr<telemetry::TracerImpl> tracer_;
-  std::unique_ptr<PrepareMetrics> metrics_;
-  std::unique_ptr<FileCheckpointStore> store_;
-  std::unique_ptr<FileCdiWriter> cdi_;
-  ClaimStateMachine states_;
-  std::unique_ptr<ClaimPreparer> preparer_;
+  testing::PrepareHarness h_;
+  const model::Inventory inventory_;
+  ClaimPreparer* preparer_ = &h_.preparer();
+  prometheus::Registry* registry_ = &h_.registry();
 };
 
 TEST_F(PrepareTelemetryTest, DevicesAreDescribedBeforeAnyClaim) {
@@ -172,7 +124,7 @@ TEST_F(PrepareTelemetryTest, DevicesAreDescribedBeforeAnyClaim) {
 
 TEST_F(PrepareTelemetryTest, APrepareMovesTheSeriesAndLeavesATraceTheExemplarPointsAt) {
   const ClaimRef claim = MakeClaim("train", "gpu-3");
-  auto out = preparer_->Prepare({claim});
+  auto out = h_.Prepare({claim});
   ASSERT_EQ(out[claim.uid].error, "");
 
   EXPECT_EQ(Claims("prepare", "ok", "none"), 1);
@@ -209,7 +161,7 @@ TEST_F(PrepareTelemetryTest, APrepareMovesTheSeriesAndLeavesATraceTheExemplarPoi
   EXPECT_EQ(Attribute(root, "dra.pool"), kNode);
   EXPECT_EQ(Attribute(root, "dra.device"), "gpu-3");
   std::vector<std::string> children;
-  for (const telemetry::SpanData& s : spans_->spans()) {
+  for (const telemetry::SpanData& s : h_.AllSpans()) {
     if (s.parent_span_id == root.context.span_id) {
       EXPECT_EQ(s.context.trace_id, root.context.trace_id);
       children.push_back(s.name);
@@ -220,7 +172,7 @@ TEST_F(PrepareTelemetryTest, APrepareMovesTheSeriesAndLeavesATraceTheExemplarPoi
               ::testing::ElementsAre("cdi", "checkpoint", "checkpoint", "fetch_claim", "sharing"));
 
   // The duration histogram's exemplar is that trace.
-  const std::string om = telemetry::Render(registry_->Collect(), &exemplars_,
+  const std::string om = telemetry::Render(registry_->Collect(), &h_.exemplars(),
                                            telemetry::ExpositionFormat::kOpenMetrics);
   EXPECT_THAT(
       om,
@@ -229,7 +181,7 @@ TEST_F(PrepareTelemetryTest, APrepareMovesTheSeriesAndLeavesATraceTheExemplarPoi
   EXPECT_THAT(om, HasSubstr(absl::StrCat("# {trace_id=\"", trace, "\"}")));
 
   // A replay from the checkpoint is one more successful claim, without a fetch.
-  out = preparer_->Prepare({claim});
+  out = h_.Prepare({claim});
   ASSERT_EQ(out[claim.uid].error, "");
   EXPECT_EQ(Claims("prepare", "ok", "none"), 2);
   EXPECT_EQ(Value(*registry_, "dralens_node_phase_duration_seconds", {{"phase", "fetch_claim"}}),
@@ -237,7 +189,7 @@ TEST_F(PrepareTelemetryTest, APrepareMovesTheSeriesAndLeavesATraceTheExemplarPoi
   EXPECT_EQ(Value(*registry_, "dralens_node_prepared_claims", {}), 1);
 
   // Unprepare frees the device.
-  auto un = preparer_->Unprepare({claim});
+  auto un = h_.Unprepare({claim});
   ASSERT_EQ(un[claim.uid], "");
   EXPECT_EQ(Claims("unprepare", "ok", "none"), 1);
   EXPECT_EQ(Value(*registry_, "dralens_node_prepared_claims", {}), 0);
@@ -247,9 +199,46 @@ TEST_F(PrepareTelemetryTest, APrepareMovesTheSeriesAndLeavesATraceTheExemplarPoi
   EXPECT_EQ(SpansNamed("UnprepareClaim")[0].context.trace_id.ToHex(), trace);
 }
 
+// The kubelet call lives in its own trace; each claim span links back to the call that carried
+// it, and every state change of the claim is an event on it.
+TEST_F(PrepareTelemetryTest, EachClaimSpanLinksToTheKubeletCallAndCarriesItsStateEvents) {
+  const ClaimRef a = MakeClaim("linked-a", "gpu-5");
+  const ClaimRef b = MakeClaim("linked-b", "gpu-6");
+  telemetry::SpanContext call;
+  call.trace_id = *telemetry::TraceId::FromHex("4bf92f3577b34da6a3ce929d0e0e4736");
+  call.span_id = *telemetry::SpanId::FromHex("00f067aa0ba902b7");
+  call.trace_flags = telemetry::kTraceFlagSampled;
+  ASSERT_TRUE(call.IsValid());
+  auto out = h_.Prepare({a, b}, KubeletCall{.span = call});
+  ASSERT_EQ(out[a.uid].error, "");
+  ASSERT_EQ(out[b.uid].error, "");
+  std::vector<telemetry::SpanData> claims = SpansNamed("PrepareClaim");
+  ASSERT_THAT(claims, SizeIs(2));
+  for (const telemetry::SpanData& span : claims) {
+    ASSERT_THAT(span.links, SizeIs(1));
+    EXPECT_EQ(span.links[0].context.trace_id, call.trace_id);
+    EXPECT_EQ(span.links[0].context.span_id, call.span_id);
+    std::vector<std::string> states;
+    for (const telemetry::SpanEvent& e : span.events) {
+      if (e.name == "claim state") {
+        states.push_back(std::get<std::string>(e.attributes.at(1).value));
+      }
+    }
+    EXPECT_EQ(states, (std::vector<std::string>{"PrepareStarted", "PrepareCompleted"}));
+  }
+  // Without a call span (tracing off at the kubelet side), no link.
+  const ClaimRef c = MakeClaim("unlinked", "gpu-7");
+  ASSERT_EQ(h_.Prepare({c})[c.uid].error, "");
+  for (const telemetry::SpanData& span : SpansNamed("PrepareClaim")) {
+    if (Attribute(span, "k8s.resourceclaim.uid") == c.uid) {
+      EXPECT_THAT(span.links, IsEmpty());
+    }
+  }
+}
+
 TEST_F(PrepareTelemetryTest, EveryFailureHasItsReasonOnTheCounterAndTheSpan) {
   const ClaimRef holder = MakeClaim("holder", "gpu-1");
-  ASSERT_EQ(preparer_->Prepare({holder})[holder.uid].error, "");
+  ASSERT_EQ(h_.Prepare({holder})[holder.uid].error, "");
 
   const ClaimRef busy = MakeClaim("busy", "gpu-1");
   const ClaimRef unallocated = MakeClaim("pending", "");
@@ -257,7 +246,7 @@ TEST_F(PrepareTelemetryTest, EveryFailureHasItsReasonOnTheCounterAndTheSpan) {
   const ClaimRef missing{kNs, "11111111-2222-3333-4444-555555555555", "no-such-claim"};
   const ClaimRef replaced{kNs, "66666666-2222-3333-4444-555555555555", "holder"};
   const ClaimRef invalid{kNs, "../../etc/passwd", "holder"};
-  auto out = preparer_->Prepare({busy, unallocated, foreign, missing, replaced, invalid});
+  auto out = h_.Prepare({busy, unallocated, foreign, missing, replaced, invalid});
   ASSERT_THAT(out, SizeIs(6));
   for (const auto& [uid, result] : out) {
     EXPECT_NE(result.error, "") << uid;
@@ -291,7 +280,7 @@ TEST_F(PrepareTelemetryTest, DevicesThatLeaveTheInventoryLoseTheirSeries) {
   auto smaller = model::Inventory::Create(inventory_.driver_version(),
                                           inventory_.cuda_driver_version(), gpus, {});
   ASSERT_TRUE(smaller.ok()) << smaller.status();
-  preparer_->SetInventory(*smaller);
+  h_.preparation().SetInventory(*smaller);
   EXPECT_FALSE(Value(*registry_, "dralens_device_memory_bytes", {{"device", "gpu-7"}}).has_value());
   EXPECT_FALSE(Value(*registry_, "dralens_device_state", {{"device", "gpu-7"}, {"state", "free"}})
                    .has_value());
@@ -308,8 +297,7 @@ TEST_F(PrepareTelemetryTest, ConcurrentPreparesShareCheckpointWritesAndLoseNothi
   std::vector<std::thread> threads;
   std::vector<std::string> errors(claims.size());
   for (size_t i = 0; i < claims.size(); ++i) {
-    threads.emplace_back(
-        [&, i] { errors[i] = preparer_->Prepare({claims[i]})[claims[i].uid].error; });
+    threads.emplace_back([&, i] { errors[i] = h_.Prepare({claims[i]})[claims[i].uid].error; });
   }
   for (std::thread& t : threads) {
     t.join();
@@ -323,7 +311,7 @@ TEST_F(PrepareTelemetryTest, ConcurrentPreparesShareCheckpointWritesAndLoseNothi
   EXPECT_GE(writes, 1);
   EXPECT_LE(writes, 16);  // two per claim at most; fewer when they shared a write
 
-  FileCheckpointStore fresh(CheckpointPath(dir_.Join("plugins"), kDriver), "boot-1",
+  FileCheckpointStore fresh(CheckpointPath(h_.dir().Join("plugins"), kDriver), "boot-1",
                             common::RealClock());
   auto loaded = fresh.Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -339,7 +327,7 @@ TEST_F(PrepareTelemetryTest, MigLayoutShowsDevicesByStateAndWhatStillFits) {
   auto mixed = (*source)->Discover();
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   ASSERT_FALSE(mixed->mig_devices().empty());
-  preparer_->SetInventory(*mixed);
+  h_.preparation().SetInventory(*mixed);
 
   const model::MigDevice& mig = mixed->mig_devices().front();
   const model::GpuInfo& parent = *mixed->FindGpuByUuid(mig.parent_uuid);
@@ -372,7 +360,7 @@ TEST_F(PrepareTelemetryTest, MigLayoutShowsDevicesByStateAndWhatStillFits) {
   // Preparing the MIG device moves one instance from free to prepared.
   const std::string device = slices::MigDeviceName(mig);
   const ClaimRef claim = MakeClaim("slice", device);
-  ASSERT_EQ(preparer_->Prepare({claim})[claim.uid].error, "");
+  ASSERT_EQ(h_.Prepare({claim})[claim.uid].error, "");
   EXPECT_EQ(Value(*registry_, "dralens_mig_devices", free_labels), same_profile - 1);
   EXPECT_EQ(Value(*registry_, "dralens_mig_devices", prepared_labels), 1);
   EXPECT_EQ(Value(*registry_, "dralens_node_prepared_devices", {{"type", "mig"}}), 1);
@@ -380,8 +368,8 @@ TEST_F(PrepareTelemetryTest, MigLayoutShowsDevicesByStateAndWhatStillFits) {
             1);
 
   // Back to a node without MIG: the MIG series go away.
-  ASSERT_EQ(preparer_->Unprepare({claim})[claim.uid], "");
-  preparer_->SetInventory(inventory_);
+  ASSERT_EQ(h_.Unprepare({claim})[claim.uid], "");
+  h_.preparation().SetInventory(inventory_);
   EXPECT_FALSE(Value(*registry_, "dralens_mig_devices", free_labels).has_value());
   EXPECT_FALSE(Value(*registry_, "dralens_mig_placeable",
                      {{"parent", parent_name}, {"profile", mig.profile.name}})

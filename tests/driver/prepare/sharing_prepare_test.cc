@@ -23,8 +23,6 @@
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
-#include "src/k8s/rest_client.h"
-#include "src/sim/api_server.h"
 #include "src/telemetry/exemplar.h"
 #include "tests/driver/prepare/prepare_test_util.h"
 
@@ -37,7 +35,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 using testing::Slurp;
-using testing::TempDir;
 
 constexpr char kDriver[] = "gpu.dralens.dev";
 constexpr char kNode[] = "node-s";
@@ -78,37 +75,9 @@ struct Alloc {
 
 class SharingPrepareTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    rest_ = testing::StartApiServer(server_);
-    ASSERT_NE(rest_, nullptr);
-    auto profile = discovery::ParseSimulatedProfileJson(kProfile);
-    ASSERT_TRUE(profile.ok()) << profile.status();
-    auto source = discovery::SimulatedDeviceSource::Create(*profile, kNode);
-    ASSERT_TRUE(source.ok()) << source.status();
-    source_ = *std::move(source);
-    auto inventory = source_->Discover();
-    ASSERT_TRUE(inventory.ok()) << inventory.status();
-    inventory_ = *inventory;
-    Restart();
-  }
+  SharingPrepareTest() : h_(testing::Options(kNode, kProfile)), inventory_(h_.inventory()) {}
 
-  void Restart() {
-    preparer_.reset();
-    store_ = std::make_unique<FileCheckpointStore>(CheckpointPath(dir_.Join("plugins"), kDriver),
-                                                   "boot-1", common::RealClock());
-    cdi_ = std::make_unique<FileCdiWriter>(dir_.Join("cdi"));
-    states_ = std::make_unique<ClaimStateMachine>();
-    ClaimPreparerOptions options;
-    options.driver_name = kDriver;
-    options.pool_name = kNode;
-    options.metrics = &metrics_;
-    options.device_source = source_.get();
-    options.mps = &mps_;
-    options.mps_root = dir_.Join("mps");
-    auto preparer = ClaimPreparer::Create(options, *rest_, *store_, *cdi_, *states_, inventory_);
-    ASSERT_TRUE(preparer.ok()) << preparer.status();
-    preparer_ = *std::move(preparer);
-  }
+  void Restart() { h_.Restart(); }
 
   // Creates claim `name` with one request "gpu" allocated `allocs`, and `config` unless null:
   // opaque parameters for our driver (FromClaim), or an array taken as the whole config list.
@@ -122,7 +91,7 @@ class SharingPrepareTest : public ::testing::Test {
                                                           {{"deviceClassName", "gpu.dralens.dev"},
                                                            {"allocationMode", "ExactCount"},
                                                            {"count", allocs.size()}}}}});
-    auto created = rest_->Create(k8s::kResourceClaims, kNs, claim);
+    auto created = h_.client().Create(k8s::kResourceClaims, kNs, claim);
     EXPECT_TRUE(created.ok()) << created.status();
     if (!created.ok()) {
       return {};
@@ -148,22 +117,13 @@ class SharingPrepareTest : public ::testing::Test {
                         {"requests", json::array({"gpu"})},
                         {"opaque", {{"driver", kDriver}, {"parameters", config}}}}});
     }
-    auto updated = rest_->Update(k8s::kResourceClaims, kNs, obj, "status");
+    auto updated = h_.client().Update(k8s::kResourceClaims, kNs, obj, "status");
     EXPECT_TRUE(updated.ok()) << updated.status();
     return {kNs, (*created)["metadata"]["uid"].get<std::string>(), name};
   }
 
-  PrepareResult Prepare(const ClaimRef& ref) {
-    auto out = preparer_->Prepare({ref});
-    EXPECT_THAT(out, SizeIs(1));
-    return out[ref.uid];
-  }
-
-  std::string Unprepare(const ClaimRef& ref) {
-    auto out = preparer_->Unprepare({ref});
-    EXPECT_THAT(out, SizeIs(1));
-    return out[ref.uid];
-  }
+  PrepareResult Prepare(const ClaimRef& ref) { return h_.PrepareOne(ref); }
+  std::string Unprepare(const ClaimRef& ref) { return h_.UnprepareOne(ref); }
 
   std::string Uuid(const std::string& device) {
     for (const model::GpuInfo& g : inventory_.gpus()) {
@@ -175,38 +135,27 @@ class SharingPrepareTest : public ::testing::Test {
     return "";
   }
 
-  json Spec(const std::string& uid) {
-    return json::parse(Slurp(dir_.Join("cdi/" + CdiSpecFileName(uid))));
-  }
+  json Spec(const std::string& uid) { return json::parse(Slurp(h_.SpecPath(uid))); }
 
   // dralens_sharing_decisions_total{strategy, result, reason}.
   double Decisions(const std::string& strategy, const std::string& result,
                    const std::string& reason) {
-    return testing::SeriesValue(registry_, "dralens_sharing_decisions_total",
+    return testing::SeriesValue(h_.registry(), "dralens_sharing_decisions_total",
                                 {{"strategy", strategy}, {"result", result}, {"reason", reason}})
         .value_or(0);
   }
 
   // dralens_node_claims_total{operation="prepare", result="error", reason}.
   double PrepareErrors(const std::string& reason) {
-    return testing::SeriesValue(registry_, "dralens_node_claims_total",
+    return testing::SeriesValue(h_.registry(), "dralens_node_claims_total",
                                 {{"operation", "prepare"}, {"result", "error"}, {"reason", reason}})
         .value_or(0);
   }
 
-  sim::ApiServer server_;
-  std::unique_ptr<k8s::RestClient> rest_;
-  std::unique_ptr<discovery::SimulatedDeviceSource> source_;
-  model::Inventory inventory_;
-  TempDir dir_;
-  prometheus::Registry registry_;
-  telemetry::ExemplarStore exemplars_;
-  PrepareMetrics metrics_{registry_, exemplars_};
-  sharing::SimulatedMpsControl mps_;
-  std::unique_ptr<FileCheckpointStore> store_;
-  std::unique_ptr<FileCdiWriter> cdi_;
-  std::unique_ptr<ClaimStateMachine> states_;
-  std::unique_ptr<ClaimPreparer> preparer_;
+  testing::PrepareHarness h_;
+  const model::Inventory inventory_;
+  discovery::SimulatedDeviceSource* source_ = &h_.source();
+  sharing::SimulatedMpsControl& mps_ = h_.mps();
 };
 
 TEST_F(SharingPrepareTest, TimeSlicedClaimsShareAGpuAndTheLastOneResetsTheInterval) {
@@ -220,9 +169,10 @@ TEST_F(SharingPrepareTest, TimeSlicedClaimsShareAGpuAndTheLastOneResetsTheInterv
 
   // The decision is in the checkpoint, so it survives a restart and binds later claims.
   Restart();
-  Checkpoint cp = preparer_->CheckpointForTest();
+  Checkpoint cp = h_.checkpoint();
   ASSERT_TRUE(cp.claims.at(a.uid).devices.at(0).sharing.has_value());
-  EXPECT_EQ(cp.claims.at(a.uid).devices.at(0).sharing->strategy, "time_slicing");
+  EXPECT_EQ(cp.claims.at(a.uid).devices.at(0).sharing->strategy,
+            sharing::SharingStrategy::kTimeSlicing);
   EXPECT_EQ(cp.claims.at(a.uid).devices.at(0).sharing->config.interval,
             discovery::TimeSlice::kLong);
 
@@ -250,8 +200,8 @@ TEST_F(SharingPrepareTest, AnExclusiveClaimIsRefusedAnOccupiedDeviceAndNamesTheH
   EXPECT_THAT(r.error, HasSubstr("asks for exclusive use"));
   EXPECT_EQ(Decisions("exclusive", "refused", "device_busy"), 1);
   EXPECT_EQ(PrepareErrors("device_busy"), 1);
-  EXPECT_FALSE(std::filesystem::exists(dir_.Join("cdi/" + CdiSpecFileName(b.uid))));
-  EXPECT_EQ(preparer_->CheckpointForTest().claims.count(b.uid), 0u);
+  EXPECT_FALSE(std::filesystem::exists(h_.dir().Join("cdi/" + CdiSpecFileName(b.uid))));
+  EXPECT_EQ(h_.checkpoint().claims.count(b.uid), 0u);
 }
 
 TEST_F(SharingPrepareTest, MpsStartsOneDaemonAndItsClientsGetEnvironmentAndMounts) {
@@ -267,10 +217,10 @@ TEST_F(SharingPrepareTest, MpsStartsOneDaemonAndItsClientsGetEnvironmentAndMount
   ASSERT_TRUE(running.has_value());
   EXPECT_EQ(running->active_thread_percentage, 50);
   EXPECT_EQ(running->pinned_memory_limit_mib, 10 * 1024);
-  const std::string pipe = dir_.Join(absl::StrCat("mps/", a.uid, "/pipe"));
+  const std::string pipe = h_.dir().Join(absl::StrCat("mps/", a.uid, "/pipe"));
   EXPECT_EQ(running->paths.pipe_dir, pipe);
   EXPECT_TRUE(std::filesystem::is_directory(pipe));
-  EXPECT_TRUE(std::filesystem::is_directory(dir_.Join(absl::StrCat("mps/", a.uid, "/log"))));
+  EXPECT_TRUE(std::filesystem::is_directory(h_.dir().Join(absl::StrCat("mps/", a.uid, "/log"))));
 
   // Both claims' CDI devices carry the client environment and the daemon's directories.
   for (const ClaimRef& ref : {a, b}) {
@@ -285,7 +235,7 @@ TEST_F(SharingPrepareTest, MpsStartsOneDaemonAndItsClientsGetEnvironmentAndMount
   // The spec with mounts is still valid CDI.
   const std::string validate = absl::StrCat(
       "/usr/bin/python3 ", DRALENS_SOURCE_DIR, "/tests/schema/validate_cdi.py --schema-dir ",
-      DRALENS_SCHEMA_DIR, " ", dir_.Join("cdi/" + CdiSpecFileName(a.uid)));
+      DRALENS_SCHEMA_DIR, " ", h_.dir().Join("cdi/" + CdiSpecFileName(a.uid)));
   EXPECT_EQ(std::system(validate.c_str()), 0);
 
   // Other MPS settings cannot join the running daemon.
@@ -299,7 +249,7 @@ TEST_F(SharingPrepareTest, MpsStartsOneDaemonAndItsClientsGetEnvironmentAndMount
   EXPECT_TRUE(std::filesystem::is_directory(pipe));
   ASSERT_EQ(Unprepare(b), "");
   EXPECT_FALSE(mps_.Running(uuid).has_value());
-  EXPECT_FALSE(std::filesystem::exists(dir_.Join(absl::StrCat("mps/", a.uid))));
+  EXPECT_FALSE(std::filesystem::exists(h_.dir().Join(absl::StrCat("mps/", a.uid))));
 }
 
 TEST_F(SharingPrepareTest, AFailedMpsStartRollsBackAndCountsAnApplyError) {
@@ -310,9 +260,9 @@ TEST_F(SharingPrepareTest, AFailedMpsStartRollsBackAndCountsAnApplyError) {
   EXPECT_EQ(PrepareErrors("sharing_error"), 1);
   EXPECT_EQ(Decisions("mps", "refused", "apply_error"), 1);
   EXPECT_EQ(Decisions("mps", "granted", "none"), 0);
-  EXPECT_EQ(preparer_->CheckpointForTest().claims.count(a.uid), 0u);
-  EXPECT_THAT(testing::ListDir(dir_.Join("cdi")), IsEmpty());
-  EXPECT_FALSE(std::filesystem::exists(dir_.Join(absl::StrCat("mps/", a.uid))));
+  EXPECT_EQ(h_.checkpoint().claims.count(a.uid), 0u);
+  EXPECT_THAT(testing::ListDir(h_.dir().Join("cdi")), IsEmpty());
+  EXPECT_FALSE(std::filesystem::exists(h_.dir().Join(absl::StrCat("mps/", a.uid))));
   // The retry succeeds.
   EXPECT_EQ(Prepare(a).error, "");
 }
@@ -357,7 +307,7 @@ TEST_F(SharingPrepareTest, OneClaimWithTwoSharesOfOneGpu) {
 TEST_F(SharingPrepareTest, ASharedClaimIsPreparedOnceForAllItsPods) {
   ClaimRef a = MakeClaim("shared", {{"gpu-0"}});
   ASSERT_EQ(Prepare(a).error, "");
-  const std::string spec = Slurp(dir_.Join("cdi/" + CdiSpecFileName(a.uid)));
+  const std::string spec = Slurp(h_.dir().Join("cdi/" + CdiSpecFileName(a.uid)));
   // The second pod's prepare reuses the prepared devices.
   PrepareResult again = Prepare(a);
   ASSERT_EQ(again.error, "");
@@ -365,9 +315,9 @@ TEST_F(SharingPrepareTest, ASharedClaimIsPreparedOnceForAllItsPods) {
             absl::StrCat("k8s.gpu.dralens.dev/claim=", a.uid, "-gpu-0"));
   EXPECT_EQ(Decisions("exclusive", "granted", "none"), 1);
   EXPECT_EQ(Decisions("shared_claim", "granted", "none"), 1);
-  EXPECT_EQ(Slurp(dir_.Join("cdi/" + CdiSpecFileName(a.uid))), spec);
+  EXPECT_EQ(Slurp(h_.dir().Join("cdi/" + CdiSpecFileName(a.uid))), spec);
   ASSERT_EQ(Unprepare(a), "");
-  EXPECT_THAT(testing::ListDir(dir_.Join("cdi")), IsEmpty());
+  EXPECT_THAT(testing::ListDir(h_.dir().Join("cdi")), IsEmpty());
 }
 
 TEST_F(SharingPrepareTest, ABadConfigFailsTheClaimNamingTheFieldAndRecordsNothing) {
@@ -377,7 +327,7 @@ TEST_F(SharingPrepareTest, ABadConfigFailsTheClaimNamingTheFieldAndRecordsNothin
   PrepareResult r = Prepare(a);
   EXPECT_THAT(r.error, HasSubstr("sharing.mpsConfig.maxClients: unknown field"));
   EXPECT_EQ(PrepareErrors("invalid_config"), 1);
-  EXPECT_EQ(preparer_->CheckpointForTest().claims.count(a.uid), 0u);
+  EXPECT_EQ(h_.checkpoint().claims.count(a.uid), 0u);
   EXPECT_FALSE(mps_.Running(Uuid("gpu-0")).has_value());
 
   // A GpuConfig named for a MIG device's request does not apply to it.

@@ -11,9 +11,11 @@
 #include "exporter/cluster/feed.h"
 #include "exporter/cluster/pricing.h"
 #include "gtest/gtest.h"
+#include "prometheus/registry.h"
 #include "src/k8s/informer.h"
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
+#include "src/telemetry/exemplar.h"
 #include "src/telemetry/tracing/in_memory_span_exporter.h"
 #include "src/telemetry/tracing/simple_span_processor.h"
 #include "src/telemetry/tracing/tracer_provider.h"
@@ -329,9 +331,14 @@ TEST_F(ScenarioTest, LifecycleTraceHoldsTheNodePrepareSpan) {
   // The node prepares it, with the node's own per-claim telemetry.
   {
     driver::ClaimRef ref{"team", uid, "traced"};
-    driver::prepare::ClaimTelemetry node_span(nullptr, tracing_->tracer(), clock_,
+    prometheus::Registry node_registry;
+    telemetry::ExemplarStore node_exemplars;
+    driver::prepare::PrepareMetrics node_metrics =
+        driver::prepare::PrepareMetrics::Create(node_registry, node_exemplars);
+    driver::prepare::DecisionLog node_log;
+    driver::prepare::ClaimTelemetry node_span(node_metrics, tracing_->tracer(), clock_, node_log,
                                               driver::prepare::Operation::kPrepare, ref, "node-a",
-                                              nullptr);
+                                              telemetry::SpanContext());
   }
   ASSERT_TRUE(client_->Delete(k8s::kResourceClaims, "team", "traced", {}).ok());
   ASSERT_TRUE(Eventually([&] { return !analyzer_->StateOf("team/traced").has_value(); }));

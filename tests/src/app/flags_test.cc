@@ -165,6 +165,9 @@ TEST(FlagsTest, PortZeroAndIpv6AreAccepted) {
   EXPECT_EQ(CheckHostPort(":9477"), "");
   EXPECT_NE(CheckHostPort("127.0.0.1:65536"), "");
   EXPECT_NE(CheckHostPort("[::1:9"), "");
+  EXPECT_EQ(CheckHostPortList("127.0.0.1:9400,10.0.0.2:9400"), "");
+  EXPECT_EQ(CheckHostPortList(""), "");
+  EXPECT_NE(CheckHostPortList("127.0.0.1:9400,nope"), "");
 }
 
 TEST(FlagsTest, EveryFlagHasAnEnvironmentTwinHelpAndARole) {

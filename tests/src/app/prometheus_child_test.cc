@@ -60,6 +60,16 @@ TEST(PrometheusConfigTest, SubSecondIntervalsAndNoRules) {
   EXPECT_THAT(yaml, HasSubstr("scrape_interval: 1500ms"));
   EXPECT_THAT(yaml, Not(HasSubstr("rule_files")));
   EXPECT_THAT(yaml, Not(HasSubstr("dralens-cluster")));
+  EXPECT_THAT(yaml, Not(HasSubstr("dcgm-exporter")));
+}
+
+TEST(PrometheusConfigTest, DcgmExportersAreTheirOwnJob) {
+  PrometheusConfigOptions options;
+  options.node_targets = {"127.0.0.1:9478"};
+  options.dcgm_targets = {"127.0.0.1:9400"};
+  const std::string yaml = PrometheusConfigYaml(options);
+  EXPECT_THAT(yaml, HasSubstr("  - job_name: \"dcgm-exporter\"\n    static_configs:\n"
+                              "      - targets:\n          - \"127.0.0.1:9400\"\n"));
 }
 
 TEST(FindAlertRulesTest, FlagWinsThenInstalledThenSourceTree) {

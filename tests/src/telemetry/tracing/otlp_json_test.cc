@@ -113,6 +113,23 @@ TEST(OtlpJsonTest, ExactShape) {
       << spans[1].dump(2);
 }
 
+TEST(OtlpJsonTest, LinksCarryTheirIdsAndAttributes) {
+  std::vector<SpanData> spans = TwoSpans();
+  SpanLink link;
+  link.context.trace_id = *TraceId::FromHex("4bf92f3577b34da6a3ce929d0e0e4736");
+  link.context.span_id = *SpanId::FromHex("00f067aa0ba902b7");
+  link.attributes = {{"why", std::string("carried")}};
+  spans[0].links = {link};
+  spans[0].dropped_links = 3;
+  const Json json = Json::parse(EncodeTraceRequest({}, {"dralens", ""}, spans));
+  const Json& encoded = json["resourceSpans"][0]["scopeSpans"][0]["spans"];
+  EXPECT_EQ(encoded[0]["links"], Json::parse(R"([{"traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
+      "spanId": "00f067aa0ba902b7",
+      "attributes": [{"key": "why", "value": {"stringValue": "carried"}}]}])"));
+  EXPECT_EQ(encoded[0]["droppedLinksCount"], 3);
+  EXPECT_FALSE(encoded[1].contains("links"));  // none recorded: none sent
+}
+
 TEST(OtlpJsonTest, ScopeWithoutVersionOmitsIt) {
   const std::string body = EncodeTraceRequest({}, {"dralens", ""}, TwoSpans());
   const Json json = Json::parse(body);

@@ -237,6 +237,27 @@ TEST_F(TracerTest, ExplicitStartTime) {
   EXPECT_EQ(storage_->spans()[0].end_time, absl::FromUnixSeconds(1700000000));
 }
 
+TEST_F(TracerTest, LinksKeepValidContextsOnly) {
+  SpanPtr call = tracer_->StartSpan("call");
+  const SpanContext target = call->context();
+  SpanPtr claim = tracer_->StartSpan(
+      "claim",
+      {.links = {SpanLink{.context = target, .attributes = {{"why", std::string("carried")}}},
+                 SpanLink{.context = SpanContext(), .attributes = {}}}});
+  claim->End();
+  call->End();
+  const std::vector<SpanData> spans = storage_->spans();
+  ASSERT_EQ(spans.size(), 2u);
+  const SpanData& data = spans[0];
+  EXPECT_EQ(data.name, "claim");
+  ASSERT_EQ(data.links.size(), 1u);
+  EXPECT_EQ(data.links[0].context.span_id, target.span_id);
+  EXPECT_EQ(data.links[0].context.trace_id, target.trace_id);
+  EXPECT_EQ(data.dropped_links, 0u);
+  // A link does not make a parent: the claim span is still a root in its own trace.
+  EXPECT_FALSE(data.parent_span_id.IsValid());
+}
+
 TEST(TracerProviderTest, BatchPipelineWithInMemoryExporter) {
   common::FakeClock clock;
   auto exporter = std::make_unique<InMemorySpanExporter>();

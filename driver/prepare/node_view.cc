@@ -1,0 +1,133 @@
+#include "driver/prepare/node_view.h"
+
+#include <map>
+#include <utility>
+
+#include "driver/slices/slice_builder.h"
+
+namespace dralens::driver::prepare {
+
+model::NodeLayout LayoutOf(const model::Inventory& inventory) {
+  model::NodeLayout layout;
+  for (const model::GpuInfo& gpu : inventory.gpus()) {
+    layout.devices.push_back(model::NodeDevice{
+        .name = slices::GpuDeviceName(gpu),
+        .uuid = gpu.uuid,
+        .product = gpu.product_name,
+        .type = model::DeviceType::kGpu,
+        .parent = "",
+        .profile = "",
+        .numa_node = gpu.numa_node ? std::optional<int>(*gpu.numa_node) : std::nullopt,
+        .pci_bus_id = gpu.pci_bus_id,
+        .memory_bytes = gpu.memory_bytes});
+  }
+  for (const model::MigDevice& mig : inventory.mig_devices()) {
+    const model::GpuInfo* parent = inventory.FindGpuByUuid(mig.parent_uuid);
+    layout.devices.push_back(model::NodeDevice{
+        .name = slices::MigDeviceName(mig),
+        .uuid = mig.uuid,
+        .product = parent != nullptr ? parent->product_name : "",
+        .type = model::DeviceType::kMig,
+        .parent = parent != nullptr ? slices::GpuDeviceName(*parent) : "",
+        .profile = mig.ProfileName(),
+        .numa_node = parent != nullptr && parent->numa_node ? std::optional<int>(*parent->numa_node)
+                                                            : std::nullopt,
+        .pci_bus_id = parent != nullptr ? parent->pci_bus_id : "",
+        .memory_bytes = mig.profile.memory_bytes()});
+  }
+  for (const model::GpuInfo& gpu : inventory.gpus()) {
+    if (!gpu.mig_enabled()) {
+      continue;
+    }
+    for (const model::MigPlaceable& p : inventory.PlaceableCountsOf(gpu.uuid)) {
+      layout.placeable.push_back(model::MigPlaceableCount{
+          .parent = slices::GpuDeviceName(gpu), .profile = p.profile, .count = p.count});
+    }
+  }
+  return layout;
+}
+
+std::vector<model::PreparedClaim> PreparedClaimsOf(const Checkpoint& checkpoint,
+                                                   const model::Inventory& inventory) {
+  std::vector<model::PreparedClaim> out;
+  for (const auto& [uid, claim] : checkpoint.claims) {
+    if (claim.state != ClaimState::kPrepareCompleted) {
+      continue;
+    }
+    model::PreparedClaim prepared{
+        .uid = uid, .namespace_name = claim.namespace_name, .name = claim.name, .devices = {}};
+    for (const CheckpointDevice& d : claim.devices) {
+      model::ClaimDevice device{.device = d.device,
+                                .pool = d.pool,
+                                .type = d.type,
+                                .uuid = d.uuid,
+                                .gpu_uuid = d.uuid,
+                                .gpu_instance_id = std::nullopt};
+      if (d.type == model::DeviceType::kMig) {
+        device.gpu_uuid = "";
+        if (d.dynamic_mig.has_value()) {
+          device.gpu_uuid = d.dynamic_mig->parent_uuid;
+          device.gpu_instance_id = d.dynamic_mig->gi_id;
+        } else if (const model::MigDevice* mig = inventory.FindMigDeviceByUuid(d.uuid)) {
+          device.gpu_uuid = mig->parent_uuid;
+          device.gpu_instance_id = mig->gi_id;
+        }
+      }
+      prepared.devices.push_back(std::move(device));
+    }
+    out.push_back(std::move(prepared));
+  }
+  return out;
+}
+
+NodeViewPublisher::NodeViewPublisher(std::string driver, std::string pool,
+                                     model::NodeViewSink& sink)
+    : driver_(std::move(driver)),
+      pool_(std::move(pool)),
+      sink_(sink),
+      layout_(std::make_shared<const model::NodeLayout>()),
+      snapshot_{.generation = 0, .checkpoint = std::make_shared<const Checkpoint>()} {}
+
+void NodeViewPublisher::SetInventory(const model::Inventory& inventory) {
+  auto layout = std::make_shared<const model::NodeLayout>(LayoutOf(inventory));
+  absl::MutexLock lock(&mu_);
+  inventory_ = inventory;
+  if (*layout != *layout_) {
+    layout_ = std::move(layout);
+  }
+  claims_ = PreparedClaimsOf(*snapshot_.checkpoint, inventory_);
+  PublishLocked();
+}
+
+void NodeViewPublisher::SetUnhealthy(std::set<std::string> devices) {
+  absl::MutexLock lock(&mu_);
+  if (devices == unhealthy_) {
+    return;
+  }
+  unhealthy_ = std::move(devices);
+  PublishLocked();
+}
+
+void NodeViewPublisher::OnLedgerChanged(const CheckpointSnapshot& snapshot) {
+  absl::MutexLock lock(&mu_);
+  if (snapshot.generation <= snapshot_.generation) {
+    return;  // a view at least this new was published already
+  }
+  snapshot_ = snapshot;
+  std::vector<model::PreparedClaim> claims = PreparedClaimsOf(*snapshot.checkpoint, inventory_);
+  if (claims == claims_) {
+    return;  // a PrepareStarted record, or an amendment: nothing the series show
+  }
+  claims_ = std::move(claims);
+  PublishLocked();
+}
+
+void NodeViewPublisher::PublishLocked() {
+  sink_.Apply(model::NodeView{.driver = driver_,
+                              .pool = pool_,
+                              .layout = layout_,
+                              .claims = claims_,
+                              .unhealthy = unhealthy_});
+}
+
+}  // namespace dralens::driver::prepare
