@@ -3,11 +3,13 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 
 #include "absl/strings/string_view.h"
 #include "driver/prepare/decision_log.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "src/telemetry/tracing/tracer.h"
 
@@ -19,13 +21,19 @@ absl::string_view ToString(KubeletApi api);
 
 // dralens_node_requests_total{operation,api,result}: one per non-empty kubelet call; result ok
 // when every claim succeeded.
+// dralens_node_kubelet_calls{state}: calls waiting for a worker (queued) and being run
+// (running).
 struct KubeletCallMetrics {
   prometheus::Family<prometheus::Counter>& requests_total;
+  prometheus::Family<prometheus::Gauge>& calls;
   // [operation][api][ok ? 0 : 1]
   std::array<std::array<std::array<prometheus::Counter*, 2>, 2>, 2> requests{};
+  prometheus::Gauge* queued = nullptr;
+  prometheus::Gauge* running = nullptr;
 
   static KubeletCallMetrics Create(prometheus::Registry& registry);
   void Record(prepare::Operation operation, KubeletApi api, bool all_ok);
+  void SetCalls(size_t waiting, size_t in_progress);
 };
 
 // What the services record per kubelet call: the request counter and one server span

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/health/health_service.h"
 #include "driver/plugin/dra_service.h"
+#include "driver/plugin/queued_dra_service.h"
 #include "driver/plugin/registration_server.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
@@ -128,6 +129,13 @@ PluginServer::PluginServer(const PluginServerOptions& options, ClaimHandler& han
       dra_socket_path_(DraSocketPath(options.plugins_dir, options.driver_name)),
       dra_v1_(std::make_unique<DraServiceV1>(handler, telemetry)),
       dra_v1beta1_(std::make_unique<DraServiceV1beta1>(handler, telemetry)),
+      workers_(std::make_unique<common::WorkQueue>(
+          options.call_workers,
+          [calls = &telemetry.metrics](size_t waiting, size_t running) {
+            calls->SetCalls(waiting, running);
+          })),
+      queued_v1_(std::make_unique<QueuedDraServiceV1>(*dra_v1_, *workers_)),
+      queued_v1beta1_(std::make_unique<QueuedDraServiceV1beta1>(*dra_v1beta1_, *workers_)),
       registration_(std::make_unique<RegistrationServer>(RegistrationInfo{
           .driver_name = options.driver_name,
           .endpoint = dra_socket_path_,
@@ -165,7 +173,7 @@ absl::Status PluginServer::StartServers() {
 
   absl::MutexLock lock(&mu_);
   // The DRA service is up before the kubelet can learn about it.
-  std::vector<grpc::Service*> dra_services = {dra_v1_.get(), dra_v1beta1_.get()};
+  std::vector<grpc::Service*> dra_services = {queued_v1_.get(), queued_v1beta1_.get()};
   if (options_.health != nullptr) {
     dra_services.push_back(options_.health->v1alpha1());
     dra_services.push_back(options_.health->v1());
@@ -196,6 +204,7 @@ void PluginServer::Stop() {
     }
     StopServer(*dra_server_, options_.shutdown_grace);
     dra_server_.reset();
+    workers_->Stop();  // every queued call has been finished or cancelled by now
     RemoveSocket(dra_socket_path_);
     DLOG(kInfo, "plugin", "kubelet plugin stopped", {{"driver", options_.driver_name}});
   }

@@ -17,6 +17,7 @@
 #include "driver/plugin/call_telemetry.h"
 #include "driver/plugin/registration.h"
 #include "driver/prepare/claim_handler.h"
+#include "src/common/work_queue.h"
 
 namespace grpc {
 class Server;
@@ -30,6 +31,8 @@ namespace dralens::driver::plugin {
 
 class DraServiceV1;
 class DraServiceV1beta1;
+class QueuedDraServiceV1;
+class QueuedDraServiceV1beta1;
 class RegistrationServer;
 
 struct PluginServerOptions {
@@ -41,6 +44,9 @@ struct PluginServerOptions {
   // DRAResourceHealth v1alpha1 and v1 on dra.sock, advertised in supported_versions; null
   // serves neither. Not owned; must outlive the server.
   health::HealthServices* health = nullptr;
+  // Worker threads that run NodePrepareResources/NodeUnprepareResources; calls beyond them
+  // wait in a queue (queued_dra_service.h), so a burst of calls costs no threads.
+  size_t call_workers = 64;
 };
 
 // <registry_dir>/<driver>-reg.sock and <plugins_dir>/<driver>/dra.sock, made absolute (the
@@ -86,6 +92,9 @@ class PluginServer {
   const std::string dra_socket_path_;
   std::unique_ptr<DraServiceV1> dra_v1_;
   std::unique_ptr<DraServiceV1beta1> dra_v1beta1_;
+  std::unique_ptr<common::WorkQueue> workers_;  // stopped after the DRA server
+  std::unique_ptr<QueuedDraServiceV1> queued_v1_;
+  std::unique_ptr<QueuedDraServiceV1beta1> queued_v1beta1_;
   std::unique_ptr<RegistrationServer> registration_;
   absl::Mutex mu_;  // serializes Stop()
   std::unique_ptr<grpc::Server> dra_server_ ABSL_GUARDED_BY(mu_);

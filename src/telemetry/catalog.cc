@@ -129,6 +129,14 @@ std::vector<MetricSpec> BuildCatalog() {
        "Kubelet DRA calls by operation (prepare, unprepare), API version (v1, v1beta1) and "
        "result (ok when every claim succeeded, error otherwise).",
        S::kStable},
+      {"dralens_node_kubelet_calls",
+       K::kGauge,
+       {"state"},
+       "node",
+       "Kubelet DRA calls in the node right now: queued (waiting for one of the fixed prepare "
+       "workers) and running. A queue that stays long means calls arrive faster than claims can "
+       "be prepared.",
+       S::kBeta},
       {"dralens_node_claims_total",
        K::kCounter,
        {"operation", "result", "reason"},

@@ -19,6 +19,12 @@ class FakeClaimHandler : public ClaimHandler {
   // ClaimHandler
   std::map<std::string, PrepareResult> Prepare(const std::vector<ClaimRef>& claims,
                                                const KubeletCall& call) override {
+    {
+      absl::MutexLock gate(&gate_mu_);
+      ++in_prepare_;
+      gate_mu_.Await(absl::Condition(this, &FakeClaimHandler::Open));
+      --in_prepare_;
+    }
     absl::MutexLock lock(&mu_);
     prepare_calls_.push_back(claims);
     calls_.push_back(call);
@@ -96,6 +102,20 @@ class FakeClaimHandler : public ClaimHandler {
     absl::MutexLock lock(&mu_);
     throw_ = true;
   }
+  // While held, every Prepare waits at its start until Release().
+  void Hold() {
+    absl::MutexLock gate(&gate_mu_);
+    held_ = true;
+  }
+  void Release() {
+    absl::MutexLock gate(&gate_mu_);
+    held_ = false;
+  }
+  // Prepares waiting at the gate.
+  int InPrepare() {
+    absl::MutexLock gate(&gate_mu_);
+    return in_prepare_;
+  }
 
   std::vector<std::vector<ClaimRef>> PrepareCalls() {
     absl::MutexLock lock(&mu_);
@@ -112,6 +132,11 @@ class FakeClaimHandler : public ClaimHandler {
   }
 
  private:
+  bool Open() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(gate_mu_) { return !held_; }
+
+  absl::Mutex gate_mu_;
+  bool held_ ABSL_GUARDED_BY(gate_mu_) = false;
+  int in_prepare_ ABSL_GUARDED_BY(gate_mu_) = 0;
   absl::Mutex mu_;
   std::map<std::string, std::vector<PreparedDevice>> devices_;
   std::map<std::string, std::string> errors_;

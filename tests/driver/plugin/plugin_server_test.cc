@@ -26,6 +26,7 @@
 #include "prometheus/registry.h"
 #include "src/telemetry/tracing/tracer_impl.h"
 #include "tests/driver/plugin/fake_claim_handler.h"
+#include "tests/testing/eventually.h"
 
 namespace dralens::driver::plugin {
 namespace {
@@ -387,6 +388,73 @@ TEST_F(PluginServerTest, ConcurrentCallsEachGetTheirOwnAnswer) {
     thread.join();
   }
   EXPECT_THAT(ok, ::testing::Each(1));
+}
+
+// More calls than workers: the surplus waits in the queue (no thread per call), the gauge says
+// so, and every call is answered once the workers are free.
+TEST_F(PluginServerTest, CallsBeyondTheWorkersWaitInTheQueue) {
+  options_.call_workers = 2;
+  StartServer();
+  handler_.Hold();
+  auto stub = dra_v1::DRAPlugin::NewStub(Channel(DraSock()));
+  constexpr int kCalls = 10;
+  std::vector<std::thread> threads;
+  std::vector<int> ok(kCalls, 0);
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&, i] {
+      dra_v1::NodePrepareResourcesRequest request;
+      const std::string uid = "uid-" + std::to_string(i);
+      AddClaim(request, uid);
+      dra_v1::NodePrepareResourcesResponse response;
+      auto context = std::make_unique<grpc::ClientContext>();
+      context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      ok[i] = stub->NodePrepareResources(context.get(), request, &response).ok() &&
+              response.claims().contains(uid) && response.claims().at(uid).error().empty();
+    });
+  }
+  EXPECT_TRUE(testing::Eventually([&] {
+    return call_metrics_.queued->Value() == kCalls - 2 && call_metrics_.running->Value() == 2;
+  }));
+  EXPECT_EQ(handler_.InPrepare(), 2);  // only the two workers reached the handler
+  handler_.Release();
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  EXPECT_THAT(ok, ::testing::Each(1));
+  EXPECT_THAT(handler_.PrepareCalls(), SizeIs(kCalls));
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return call_metrics_.queued->Value() == 0 && call_metrics_.running->Value() == 0; }));
+}
+
+// Stopping with calls still queued answers each of them (CANCELLED or UNAVAILABLE once the
+// grace period is over) instead of hanging the kubelet or the node's shutdown.
+TEST_F(PluginServerTest, StopAnswersQueuedCalls) {
+  options_.call_workers = 1;
+  StartServer();
+  handler_.Hold();
+  auto stub = dra_v1::DRAPlugin::NewStub(Channel(DraSock()));
+  constexpr int kCalls = 4;
+  std::vector<std::thread> threads;
+  std::vector<int> answered(kCalls, 0);
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&, i] {
+      dra_v1::NodePrepareResourcesRequest request;
+      AddClaim(request, "uid-" + std::to_string(i));
+      dra_v1::NodePrepareResourcesResponse response;
+      auto context = std::make_unique<grpc::ClientContext>();
+      context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      stub->NodePrepareResources(context.get(), request, &response);
+      answered[i] = 1;
+    });
+  }
+  EXPECT_TRUE(testing::Eventually([&] { return call_metrics_.queued->Value() == kCalls - 1; }));
+  std::thread stopper([&] { server_->Stop(); });
+  handler_.Release();  // the one running call finishes; the queued ones are cancelled
+  stopper.join();
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  EXPECT_THAT(answered, ::testing::Each(1));
 }
 
 TEST_F(PluginServerTest, RejectsBadOptions) {
