@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Every real-GPU check in one go, on a machine with an NVIDIA GPU and its driver (docs/hardware.md):
+# what NVML answers, what `dralens node` publishes from it, then the MIG lifecycle through the
+# kubelet socket. The GPU's MIG mode is put back as it was found, whatever happens.
+#   tests/hardware/run-on-gpu.sh DRALENS_BINARY MIG_ON_GPU_BINARY OUT_DIR
+set -u
+dralens=$1 mig_on_gpu=$2 out=$3
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+mode() { nvidia-smi --query-gpu=mig.mode.current,mig.mode.pending --format=csv,noheader; }
+start=$(mode)
+restore() {
+  now=$(mode)
+  if [ "$now" != "$start" ]; then
+    echo "MIG mode is '$now', was '$start': restoring"
+    case "$start" in Disabled*) nvidia-smi -mig 0 ;; Enabled*) nvidia-smi -mig 1 ;; esac
+    echo "MIG mode now: $(mode)"
+  fi
+}
+trap restore EXIT
+echo "MIG mode at start: $start"
+nvidia-smi -L
+python3 "$here/nvml_probe.py" >"$out/probe.txt" 2>&1
+echo "nvml_probe: exit $? ($(wc -l <"$out/probe.txt") lines in probe.txt)"
+timeout 150 python3 "$here/node_on_gpu.py" --dralens "$dralens" --out "$out/node" >"$out/node.txt" 2>&1
+echo "node_on_gpu: exit $?"; grep "^== " "$out/node.txt"
+timeout 240 "$mig_on_gpu" --dralens="$dralens" >"$out/mig.txt" 2>&1
+echo "mig_on_gpu: exit $?"
+grep -vE "^ts=.*level=debug" "$out/mig.txt" | head -120
+echo "MIG mode at end: $(mode)"
