@@ -1,0 +1,192 @@
+// NodeHarness: the real `dralens node` with simulated GPUs against the embedded API server, and
+// the kubelet's side of its sockets (registration, v1 prepare and unprepare), for integration
+// tests that drive the binary from outside.
+//
+//   NodeHarness node;                        // API server, Node object, kubeconfig, temp dirs
+//   node.Start();                            // `dralens node ...`, waits for the plugin
+//   node.Register();
+//   NodeHarness::Claim c = node.AllocatedClaim("a", "gpu-0");
+//   EXPECT_EQ(node.Prepare(c), "");          // "" or the claim's error
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "driver/proto/dra/v1/api.grpc.pb.h"
+#include "driver/proto/pluginregistration/v1/api.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/k8s/rest_client.h"
+#include "src/sim/api_server.h"
+#include "tests/integration/subprocess.h"
+#include "tests/testing/kubeconfig.h"
+
+namespace dralens::testing {
+
+class NodeHarness {
+ public:
+  static constexpr char kNode[] = "node-a";
+  static constexpr char kDriver[] = "gpu.dralens.dev";
+  static constexpr char kNs[] = "ml";
+
+  struct Claim {
+    std::string name;
+    std::string uid;
+  };
+  using Plugin = ::k8s::io::kubelet::pkg::apis::dra::v1::DRAPlugin;
+  using PrepareRequest = ::k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesRequest;
+  using PrepareResponse = ::k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourcesResponse;
+  using UnprepareRequest = ::k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesRequest;
+  using UnprepareResponse = ::k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse;
+
+  NodeHarness() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "dralens-harness-XXXXXX").string();
+    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
+    root_ = tmpl;
+    EXPECT_TRUE(api_.Start().ok());
+    k8s::RestConfig config;
+    config.server = api_.url();
+    auto client = k8s::RestClient::FromConfig(config);
+    EXPECT_TRUE(client.ok()) << client.status();
+    client_ = std::move(client).value();
+    auto node = client_->Create(
+        k8s::kNodes, "", {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
+    EXPECT_TRUE(node.ok()) << node.status();
+    kubeconfig_ = (root_ / "kubeconfig").string();
+    WriteKubeconfig(kubeconfig_, api_.url());
+  }
+
+  ~NodeHarness() {
+    node_.reset();
+    api_.Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+  }
+
+  std::string Root() const { return root_.string(); }
+  std::string RegistryDir() const { return (root_ / "registry").string(); }
+  std::string PluginsDir() const { return (root_ / "plugins").string(); }
+  std::string PluginDir() const { return PluginsDir() + "/" + kDriver; }
+  std::string CdiRoot() const { return (root_ / "cdi").string(); }
+  std::string RegSock() const { return RegistryDir() + "/" + kDriver + "-reg.sock"; }
+  std::string DraSock() const { return seen_from_ + PluginDir() + "/dra.sock"; }
+  // Where this process finds the node's files: "" or, for a node in its own mount namespace,
+  // "/proc/<pid>/root" (paths under a mount only it sees).
+  std::string SeenFrom() const { return seen_from_; }
+  void SeeThroughProcessRoot() { seen_from_ = "/proc/" + std::to_string(node_->pid()) + "/root"; }
+  k8s::RestClient& client() { return *client_; }
+  Subprocess& process() { return *node_; }
+
+  // Runs `wrapper` + `dralens node --device-source=simulated ...` (e.g. wrapper = {"unshare",
+  // "-m", "sh", "-c", "mount ... && exec \"$0\" \"$@\""} to run it in its own mount namespace)
+  // and waits until the plugin serves its sockets.
+  void Start(const std::vector<std::string>& wrapper = {},
+             const std::vector<std::string>& extra_flags = {}) {
+    std::vector<std::string> argv = wrapper;
+    for (const std::string& arg :
+         {std::string(DRALENS_BINARY), std::string("node"),
+          std::string("--device-source=simulated"), std::string("--simulated-profile=dgx-h100"),
+          std::string("--metrics-address=127.0.0.1:0"), "--kubelet-registry-dir=" + RegistryDir(),
+          "--kubelet-plugins-dir=" + PluginsDir(), "--cdi-root=" + CdiRoot()}) {
+      argv.push_back(arg);
+    }
+    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+    node_ = std::make_unique<Subprocess>(
+        argv,
+        std::map<std::string, std::string>{{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}});
+    ASSERT_TRUE(node_->WaitForOutput("kubelet plugin serving", absl::Seconds(30)))
+        << node_->Output();
+  }
+
+  // The kubelet's side of registration: GetInfo, then NotifyRegistrationStatus(registered).
+  void Register() {
+    auto stub = ::pluginregistration::Registration::NewStub(
+        grpc::CreateChannel("unix://" + RegSock(), grpc::InsecureChannelCredentials()));
+    ::pluginregistration::PluginInfo info;
+    ASSERT_TRUE(stub->GetInfo(Context(5).get(), {}, &info).ok());
+    ::pluginregistration::RegistrationStatus status;
+    status.set_plugin_registered(true);
+    ::pluginregistration::RegistrationStatusResponse response;
+    ASSERT_TRUE(stub->NotifyRegistrationStatus(Context(5).get(), status, &response).ok());
+  }
+
+  // A claim for one device of this node, allocated as the scheduler would.
+  Claim AllocatedClaim(const std::string& name, const std::string& device) {
+    nlohmann::json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                            {"kind", "ResourceClaim"},
+                            {"metadata", {{"name", name}, {"namespace", kNs}}}};
+    claim["spec"]["devices"]["requests"] =
+        nlohmann::json::array({{{"name", "gpu"}, {"exactly", {{"deviceClassName", kDriver}}}}});
+    auto created = client_->Create(k8s::kResourceClaims, kNs, claim);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (!created.ok()) {
+      return {};
+    }
+    nlohmann::json obj = *created;
+    obj["status"]["allocation"]["devices"]["results"] = nlohmann::json::array(
+        {{{"request", "gpu"}, {"driver", kDriver}, {"pool", kNode}, {"device", device}}});
+    auto updated = client_->Update(k8s::kResourceClaims, kNs, obj, "status");
+    EXPECT_TRUE(updated.ok()) << updated.status();
+    return {name, obj["metadata"]["uid"].get<std::string>()};
+  }
+
+  // v1 NodePrepareResources for one claim: "" on success, the claim's error, or "gRPC: ...".
+  std::string Prepare(const Claim& claim) {
+    PrepareRequest request;
+    Fill(*request.add_claims(), claim);
+    PrepareResponse response;
+    grpc::Status s = Stub()->NodePrepareResources(Context(30).get(), request, &response);
+    if (!s.ok()) {
+      return "gRPC: " + s.error_message();
+    }
+    auto it = response.claims().find(claim.uid);
+    return it == response.claims().end() ? "no entry for the claim" : it->second.error();
+  }
+
+  std::string Unprepare(const Claim& claim) {
+    UnprepareRequest request;
+    Fill(*request.add_claims(), claim);
+    UnprepareResponse response;
+    grpc::Status s = Stub()->NodeUnprepareResources(Context(30).get(), request, &response);
+    if (!s.ok()) {
+      return "gRPC: " + s.error_message();
+    }
+    auto it = response.claims().find(claim.uid);
+    return it == response.claims().end() ? "no entry for the claim" : it->second.error();
+  }
+
+ private:
+  static std::unique_ptr<grpc::ClientContext> Context(int seconds) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+    return context;
+  }
+
+  template <typename ClaimMessage>
+  static void Fill(ClaimMessage& message, const Claim& claim) {
+    message.set_namespace_(kNs);
+    message.set_name(claim.name);
+    message.set_uid(claim.uid);
+  }
+
+  std::unique_ptr<Plugin::Stub> Stub() {
+    return Plugin::NewStub(
+        grpc::CreateChannel("unix://" + DraSock(), grpc::InsecureChannelCredentials()));
+  }
+
+  std::filesystem::path root_;
+  sim::ApiServer api_;
+  std::unique_ptr<k8s::RestClient> client_;
+  std::string kubeconfig_;
+  std::string seen_from_;
+  std::unique_ptr<Subprocess> node_;
+};
+
+}  // namespace dralens::testing
