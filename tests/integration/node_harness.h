@@ -82,6 +82,7 @@ class NodeHarness {
   std::string SeenFrom() const { return seen_from_; }
   void SeeThroughProcessRoot() { seen_from_ = "/proc/" + std::to_string(node_->pid()) + "/root"; }
   k8s::RestClient& client() { return *client_; }
+  sim::ApiServer& api() { return api_; }
   Subprocess& process() { return *node_; }
 
   // Runs `wrapper` + `dralens node --device-source=simulated ...` (e.g. wrapper = {"unshare",
