@@ -12,11 +12,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "driver/proto/dra/v1/api.grpc.pb.h"
@@ -85,24 +87,29 @@ class NodeHarness {
   sim::ApiServer& api() { return api_; }
   Subprocess& process() { return *node_; }
 
-  // Runs `wrapper` + `dralens node --device-source=simulated ...` (e.g. wrapper = {"unshare",
-  // "-m", "sh", "-c", "mount ... && exec \"$0\" \"$@\""} to run it in its own mount namespace)
-  // and waits until the plugin serves its sockets.
+  // The device source flags Start() passes; simulated dgx-h100 (eight H100s) unless changed.
+  void UseDeviceSource(std::vector<std::string> flags) { source_flags_ = std::move(flags); }
+
+  // Runs `wrapper` + `dralens node ...` (e.g. wrapper = {"/usr/bin/unshare", "-m", "/bin/sh",
+  // "-c", "mount ... && exec \"$@\""} to run it in its own mount namespace) and waits until the
+  // plugin serves its sockets. The binary is $DRALENS_BINARY if set, else the build's.
   void Start(const std::vector<std::string>& wrapper = {},
              const std::vector<std::string>& extra_flags = {}) {
+    const char* binary = std::getenv("DRALENS_BINARY");
     std::vector<std::string> argv = wrapper;
-    for (const std::string& arg :
-         {std::string(DRALENS_BINARY), std::string("node"),
-          std::string("--device-source=simulated"), std::string("--simulated-profile=dgx-h100"),
-          std::string("--metrics-address=127.0.0.1:0"), "--kubelet-registry-dir=" + RegistryDir(),
+    argv.push_back(binary != nullptr ? binary : DRALENS_BINARY);
+    argv.push_back("node");
+    argv.insert(argv.end(), source_flags_.begin(), source_flags_.end());
+    for (const std::string& flag :
+         {std::string("--metrics-address=127.0.0.1:0"), "--kubelet-registry-dir=" + RegistryDir(),
           "--kubelet-plugins-dir=" + PluginsDir(), "--cdi-root=" + CdiRoot()}) {
-      argv.push_back(arg);
+      argv.push_back(flag);
     }
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     node_ = std::make_unique<Subprocess>(
         argv,
         std::map<std::string, std::string>{{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}});
-    ASSERT_TRUE(node_->WaitForOutput("kubelet plugin serving", absl::Seconds(30)))
+    ASSERT_TRUE(node_->WaitForOutput("kubelet plugin serving", absl::Seconds(60)))
         << node_->Output();
   }
 
@@ -139,23 +146,34 @@ class NodeHarness {
   }
 
   // v1 NodePrepareResources for one claim: "" on success, the claim's error, or "gRPC: ...".
-  std::string Prepare(const Claim& claim) {
+  // `cdi_ids` (optional) receives the CDI device ids of a success.
+  std::string Prepare(const Claim& claim, std::vector<std::string>* cdi_ids = nullptr) {
     PrepareRequest request;
     Fill(*request.add_claims(), claim);
     PrepareResponse response;
-    grpc::Status s = Stub()->NodePrepareResources(Context(30).get(), request, &response);
+    grpc::Status s = Stub()->NodePrepareResources(Context(120).get(), request, &response);
     if (!s.ok()) {
       return "gRPC: " + s.error_message();
     }
     auto it = response.claims().find(claim.uid);
-    return it == response.claims().end() ? "no entry for the claim" : it->second.error();
+    if (it == response.claims().end()) {
+      return "no entry for the claim";
+    }
+    for (const auto& device : it->second.devices()) {
+      for (const std::string& id : device.cdi_device_ids()) {
+        if (cdi_ids != nullptr) {
+          cdi_ids->push_back(id);
+        }
+      }
+    }
+    return it->second.error();
   }
 
   std::string Unprepare(const Claim& claim) {
     UnprepareRequest request;
     Fill(*request.add_claims(), claim);
     UnprepareResponse response;
-    grpc::Status s = Stub()->NodeUnprepareResources(Context(30).get(), request, &response);
+    grpc::Status s = Stub()->NodeUnprepareResources(Context(120).get(), request, &response);
     if (!s.ok()) {
       return "gRPC: " + s.error_message();
     }
@@ -186,6 +204,8 @@ class NodeHarness {
   sim::ApiServer api_;
   std::unique_ptr<k8s::RestClient> client_;
   std::string kubeconfig_;
+  std::vector<std::string> source_flags_ = {"--device-source=simulated",
+                                            "--simulated-profile=dgx-h100"};
   std::string seen_from_;
   std::unique_ptr<Subprocess> node_;
 };
