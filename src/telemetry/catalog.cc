@@ -111,6 +111,13 @@ std::vector<MetricSpec> BuildCatalog() {
        S::kBeta},
 
       // GPU sharing.
+      {"dralens_sharing_restores_total",
+       K::kCounter,
+       {"strategy", "result"},
+       "node",
+       "Sharing settings (time slice, MPS control daemon) of claims restored from the checkpoint "
+       "applied again at start, one per device, by strategy and result (ok, error).",
+       S::kAlpha},
       {"dralens_sharing_decisions_total",
        K::kCounter,
        {"strategy", "result", "reason"},
