@@ -213,6 +213,35 @@ std::vector<MetricSpec> BuildCatalog() {
        "DRAResourceClaimDeviceStatus off; gone: the claim was deleted; error: given up after "
        "retries).",
        S::kAlpha},
+      {"dralens_node_orphaned_claims",
+       K::kGauge,
+       {"reason"},
+       "node",
+       "Prepared claims (in this node's checkpoint) that nobody will unprepare, by reason: gone "
+       "(the ResourceClaim was deleted), replaced (its name now has another UID), not_allocated "
+       "(its allocation no longer holds the devices prepared here). Set by the periodic check.",
+       S::kAlpha},
+      {"dralens_node_orphaned_claim_age_seconds",
+       K::kGauge,
+       {"namespace", "claim", "uid"},
+       "node",
+       "One series per orphaned prepared claim: how long the checks of this process have found "
+       "it orphaned. The series goes when the claim is unprepared or no longer orphaned.",
+       S::kAlpha},
+      {"dralens_node_orphan_checks_total",
+       K::kCounter,
+       {"result"},
+       "node",
+       "Checks of the prepared claims against the API server, by result (ok; error: at least "
+       "one claim could not be fetched and was not judged).",
+       S::kAlpha},
+      {"dralens_node_orphans_unprepared_total",
+       K::kCounter,
+       {"result"},
+       "node",
+       "Orphaned claims unprepared by the node itself (--unprepare-orphans-after), through the "
+       "kubelet's unprepare path, by result (ok, error).",
+       S::kAlpha},
       {"dralens_node_checkpoint_writes_total",
        K::kCounter,
        {"result"},
