@@ -128,11 +128,13 @@ PluginServer::PluginServer(const PluginServerOptions& options, ClaimHandler& han
       dra_socket_path_(DraSocketPath(options.plugins_dir, options.driver_name)),
       dra_v1_(std::make_unique<DraServiceV1>(handler, telemetry)),
       dra_v1beta1_(std::make_unique<DraServiceV1beta1>(handler, telemetry)),
-      registration_(std::make_unique<RegistrationServer>(RegistrationInfo{
-          .driver_name = options.driver_name,
-          .endpoint = dra_socket_path_,
-          .supported_versions = SupportedVersions(/*with_health=*/options.health != nullptr),
-      })) {}
+      registration_(std::make_unique<RegistrationServer>(
+          RegistrationInfo{
+              .driver_name = options.driver_name,
+              .endpoint = dra_socket_path_,
+              .supported_versions = SupportedVersions(/*with_health=*/options.health != nullptr),
+          },
+          options.on_registered)) {}
 
 PluginServer::~PluginServer() { Stop(); }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,9 @@ struct PluginServerOptions {
   // DRAResourceHealth v1alpha1 and v1 on dra.sock, advertised in supported_versions; null
   // serves neither. Not owned; must outlive the server.
   health::HealthServices* health = nullptr;
+  // Runs after each successful registration by the kubelet (see RegistrationServer); may be
+  // empty. Must not block.
+  std::function<void()> on_registered;
 };
 
 // <registry_dir>/<driver>-reg.sock and <plugins_dir>/<driver>/dra.sock, made absolute (the

@@ -256,6 +256,15 @@ std::vector<MetricSpec> BuildCatalog() {
        "node",
        "ResourceSlice convergence passes by result (unchanged, changed, error).",
        S::kBeta},
+      {"dralens_slices_drift_total",
+       K::kCounter,
+       {"kind"},
+       "node",
+       "Changes to this node's published slices that the driver did not make, seen on its "
+       "watch, by kind (deleted: e.g. the kubelet's wipe at its start; modified: edited by "
+       "someone else; added: a slice of this node and driver the driver did not write). Each one "
+       "starts a convergence pass.",
+       S::kBeta},
       {"dralens_slices_sync_duration_seconds",
        K::kHistogram,
        {},
