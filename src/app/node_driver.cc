@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "driver/prepare/temp_cleanup.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 
@@ -70,6 +71,10 @@ absl::Status NodeDriver::StartAll() {
   health_->SetInventory(*inventory);
   health_->Start(*source_);
   health_services_ = std::make_unique<driver::health::HealthServices>(*health_, clock_);
+
+  // Before anything writes there: what a kill during an atomic write left behind.
+  driver::prepare::RemoveStaleTempFiles(
+      absl::StrCat(options_.plugins_dir, "/", options_.driver_name), options_.cdi_root, *registry_);
 
   absl::StatusOr<std::string> boot_id = driver::prepare::ReadBootId(options_.boot_id_path);
   RETURN_IF_ERROR_CTX(boot_id.status(), "read the node boot id");

@@ -4,8 +4,9 @@
 //
 // Start, in this order (each step's failure stops the start and is returned, annotated):
 //   1. discover the GPUs through the device source;
-//   2. open the checkpoint and the CDI root, restore prepared claims (a claim left
-//      PrepareStarted by a crash is rolled back on its next prepare);
+//   2. remove the temp files of interrupted writes in the plugin directory and the CDI root
+//      (driver/prepare/temp_cleanup.h), open the checkpoint and the CDI root, restore prepared
+//      claims (a claim left PrepareStarted by a crash is rolled back on its next prepare);
 //   3. publish the ResourceSlices once, synchronously when the API server answers (a failure
 //      here is logged and retried by the publisher's loop with backoff: the kubelet plugin must
 //      still come up, or the kubelet could not unprepare claims of running pods);

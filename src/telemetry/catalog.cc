@@ -248,6 +248,14 @@ std::vector<MetricSpec> BuildCatalog() {
        "node",
        "Durable checkpoint writes by result (ok, error).",
        S::kBeta},
+      {"dralens_node_temp_files_removed_total",
+       K::kCounter,
+       {"location"},
+       "node",
+       "Temp files of interrupted atomic writes removed at start, by location (plugin_dir: the "
+       "driver's own directory with the checkpoint; cdi_root: only the temp files of this "
+       "driver's CDI specs).",
+       S::kAlpha},
 
       // ResourceSlice publishing.
       {"dralens_slices_syncs_total",
