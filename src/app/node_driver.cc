@@ -156,11 +156,27 @@ absl::Status NodeDriver::StartAll() {
   }
   publisher_->Run();
 
+  // Drift of the published pool (the kubelet wipes the node's slices when it starts; anyone may
+  // edit or delete them) reaches the publisher through a watch on the same selector.
+  k8s::InformerOptions watch_options;
+  watch_options.field_selector =
+      absl::StrCat("spec.nodeName=", node, ",spec.driver=", options_.driver_name);
+  slice_watch_ = std::make_unique<k8s::Informer>(client_, k8s::kResourceSlices, watch_options);
+  slice_watch_->SetHandlers({
+      .on_add = [this](const nlohmann::json& slice) { publisher_->Observe("ADDED", slice); },
+      .on_update = [this](const nlohmann::json& /*old_slice*/,
+                          const nlohmann::json& slice) { publisher_->Observe("MODIFIED", slice); },
+      .on_delete = [this](const nlohmann::json& slice) { publisher_->Observe("DELETED", slice); },
+  });
+  slice_watch_->Start();
+
   driver::plugin::PluginServerOptions plugin_options;
   plugin_options.driver_name = options_.driver_name;
   plugin_options.registry_dir = options_.registry_dir;
   plugin_options.plugins_dir = options_.plugins_dir;
   plugin_options.health = health_services_.get();
+  // A restarted kubelet wipes the node's slices before it registers the plugin again: look.
+  plugin_options.on_registered = [this] { publisher_->Resync(); };
   ASSIGN_OR_RETURN(
       plugin_, driver::plugin::PluginServer::Start(
                    plugin_options, preparation_->preparer(),
@@ -174,6 +190,9 @@ void NodeDriver::Stop() {
   }
   if (plugin_) {
     plugin_->Stop();
+  }
+  if (slice_watch_) {
+    slice_watch_->Stop();
   }
   if (publisher_) {
     publisher_->Stop();

@@ -10,14 +10,18 @@
 //   3. publish the ResourceSlices once, synchronously when the API server answers (a failure
 //      here is logged and retried by the publisher's loop with backoff: the kubelet plugin must
 //      still come up, or the kubelet could not unprepare claims of running pods);
-//   4. serve dra.sock, then the registration socket (the kubelet registers us as soon as that
-//      one appears, so it comes last).
+//   4. watch this node's slices of this driver: a slice deleted (the kubelet wipes them when it
+//      starts), edited or added by someone else makes the publisher converge at once;
+//   5. serve dra.sock, then the registration socket (the kubelet registers us as soon as that
+//      one appears, so it comes last). Every registration by the kubelet asks the publisher for
+//      a pass too, as a restarted kubelet may have wiped the slices.
 // Stop reverses it: the registration socket goes first, then dra.sock (in-flight calls get a
-// grace period), then the publisher loop. Slices stay on the server: the kubelet wipes them
-// 30 s after the plugin disconnects, and a restarting plugin republishes at once.
+// grace period), then the slice watch and the publisher loop. Slices stay on the
+// server: the kubelet wipes them 30 s after the plugin disconnects, and a restarting plugin
+// republishes at once.
 //
 // Ready() is what /readyz reports: the kubelet acknowledged the registration and the current
-// inventory is on the API server.
+// inventory is on the API server, with no drift seen since the last pass.
 #pragma once
 
 #include <memory>
@@ -39,6 +43,7 @@
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/k8s/client.h"
+#include "src/k8s/informer.h"
 #include "src/telemetry/exemplar.h"
 #include "src/telemetry/tracing/tracer.h"
 #include "src/telemetry/tracing/tracer_impl.h"
@@ -133,6 +138,7 @@ class NodeDriver {
   std::unique_ptr<driver::sharing::MpsControl> mps_;
   std::unique_ptr<driver::prepare::Preparation> preparation_;
   std::unique_ptr<driver::slices::SlicePublisher> publisher_;
+  std::unique_ptr<k8s::Informer> slice_watch_;
   driver::plugin::PluginServerPtr plugin_;
 };
 
