@@ -170,6 +170,16 @@ absl::Status NodeDriver::StartAll() {
   });
   slice_watch_->Start();
 
+  driver::prepare::OrphanDetectorOptions orphan_options;
+  orphan_options.driver_name = options_.driver_name;
+  orphan_options.pool_name = node;
+  orphan_options.interval = options_.orphan_check_interval;
+  orphan_options.unprepare_after = options_.unprepare_orphans_after;
+  orphans_ = std::make_unique<driver::prepare::OrphanDetector>(
+      orphan_options, client_, preparation_->ledger(), preparation_->preparer(), clock_,
+      *registry_);
+  orphans_->Run();
+
   driver::plugin::PluginServerOptions plugin_options;
   plugin_options.driver_name = options_.driver_name;
   plugin_options.registry_dir = options_.registry_dir;
@@ -190,6 +200,9 @@ void NodeDriver::Stop() {
   }
   if (plugin_) {
     plugin_->Stop();
+  }
+  if (orphans_) {
+    orphans_->Stop();
   }
   if (slice_watch_) {
     slice_watch_->Stop();
