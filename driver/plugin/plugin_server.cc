@@ -136,11 +136,13 @@ PluginServer::PluginServer(const PluginServerOptions& options, ClaimHandler& han
           })),
       queued_v1_(std::make_unique<QueuedDraServiceV1>(*dra_v1_, *workers_)),
       queued_v1beta1_(std::make_unique<QueuedDraServiceV1beta1>(*dra_v1beta1_, *workers_)),
-      registration_(std::make_unique<RegistrationServer>(RegistrationInfo{
-          .driver_name = options.driver_name,
-          .endpoint = dra_socket_path_,
-          .supported_versions = SupportedVersions(/*with_health=*/options.health != nullptr),
-      })) {}
+      registration_(std::make_unique<RegistrationServer>(
+          RegistrationInfo{
+              .driver_name = options.driver_name,
+              .endpoint = dra_socket_path_,
+              .supported_versions = SupportedVersions(/*with_health=*/options.health != nullptr),
+          },
+          options.on_registered)) {}
 
 PluginServer::~PluginServer() { Stop(); }
 

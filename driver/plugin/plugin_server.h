@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,9 @@ struct PluginServerOptions {
   // Worker threads that run NodePrepareResources/NodeUnprepareResources; calls beyond them
   // wait in a queue (queued_dra_service.h), so a burst of calls costs no threads.
   size_t call_workers = 64;
+  // Runs after each successful registration by the kubelet (see RegistrationServer); may be
+  // empty. Must not block.
+  std::function<void()> on_registered;
 };
 
 // <registry_dir>/<driver>-reg.sock and <plugins_dir>/<driver>/dra.sock, made absolute (the

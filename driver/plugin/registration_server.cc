@@ -15,7 +15,8 @@ std::vector<std::string> SupportedVersions(bool with_health) {
   return versions;
 }
 
-RegistrationServer::RegistrationServer(RegistrationInfo info) : info_(std::move(info)) {}
+RegistrationServer::RegistrationServer(RegistrationInfo info, std::function<void()> on_registered)
+    : info_(std::move(info)), on_registered_(std::move(on_registered)) {}
 
 grpc::Status RegistrationServer::GetInfo(grpc::ServerContext* /*context*/,
                                          const ::pluginregistration::InfoRequest* /*request*/,
@@ -42,6 +43,9 @@ grpc::Status RegistrationServer::NotifyRegistrationStatus(
   if (request->plugin_registered()) {
     DLOG(kInfo, "plugin", "registered with the kubelet",
          {{"driver", info_.driver_name}, {"endpoint", info_.endpoint}});
+    if (on_registered_) {
+      on_registered_();
+    }
   } else {
     // The kubelet retries registration from GetInfo on; nothing to do here but say why.
     DLOG(kWarn, "plugin", "kubelet rejected registration",

@@ -4,6 +4,8 @@
 // listens and which versions it speaks, then reports the outcome with NotifyRegistrationStatus.
 #pragma once
 
+#include <functional>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "driver/plugin/registration.h"
@@ -14,7 +16,10 @@ namespace dralens::driver::plugin {
 // Thread-safe: gRPC calls both methods from its own threads while State() is read by /readyz.
 class RegistrationServer final : public ::pluginregistration::Registration::Service {
  public:
-  explicit RegistrationServer(RegistrationInfo info);
+  // `on_registered` (may be empty) runs after every NotifyRegistrationStatus that reports a
+  // successful registration, on the gRPC thread: a restarted kubelet registers the plugin again
+  // and may have wiped its ResourceSlices meanwhile.
+  explicit RegistrationServer(RegistrationInfo info, std::function<void()> on_registered = {});
 
   // pluginregistration::Registration::Service
   grpc::Status GetInfo(grpc::ServerContext* context,
@@ -28,6 +33,7 @@ class RegistrationServer final : public ::pluginregistration::Registration::Serv
 
  private:
   const RegistrationInfo info_;
+  const std::function<void()> on_registered_;
   mutable absl::Mutex mu_;
   RegistrationState state_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,7 +1,10 @@
 #include "driver/prepare/preparation.h"
 
+#include <map>
+#include <string>
 #include <utility>
 
+#include "driver/prepare/claim_plan.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 
@@ -49,6 +52,16 @@ absl::StatusOr<std::unique_ptr<Preparation>> Preparation::Create(
   p->ledger_ = std::make_unique<ClaimLedger>(*p->journal_, *p->ledger_metrics_, *p->view_);
   p->mig_ = std::make_unique<MigManager>(source, source, *p->mig_metrics_, sinks.clock, *p->view_);
   p->sharing_ = std::make_unique<SharingApplier>(source, mps, options.mps_root);
+  // A kill or a GPU reset may have taken the restored claims' time slices and MPS daemons.
+  const std::map<std::string, OwnedDevice> owned =
+      IndexDevices(inventory, options.preparer.dynamic_mig);
+  p->sharing_->Restore(
+      p->loaded_.checkpoint,
+      [&owned](const std::string& device) {
+        auto it = owned.find(device);
+        return it == owned.end() ? -1 : it->second.host_index;
+      },
+      *p->sharing_metrics_);
 
   ClaimStatusWriter* status = &p->no_status_;
   if (options.claim_status) {

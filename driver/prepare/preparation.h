@@ -7,7 +7,8 @@
 //   MPS ───────►┘   SharingApplier (DeviceSource, MpsControl), ClaimStatusWriter (KubeClient)
 //
 // Create loads the checkpoint (see checkpoint.h for its outcomes; a checkpoint discarded after
-// a reboot is replaced at once so it is not read again) and adopts its claims in the ledger;
+// a reboot is replaced at once so it is not read again), applies the sharing settings of the
+// restored claims again (SharingApplier::Restore) and adopts its claims in the ledger;
 // the view publisher gets the inventory first, so restored claims show their device series
 // from the start.
 //

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "driver/prepare/failure_reason.h"
+#include "src/common/log.h"
 #include "src/common/status.h"
 #include "src/telemetry/catalog.h"
 
@@ -78,9 +79,14 @@ absl::string_view ToString(SharingOutcome outcome) {
 }
 
 SharingMetrics SharingMetrics::Create(prometheus::Registry& registry) {
-  SharingMetrics m{.decisions_total =
-                       telemetry::BuildCounter(registry, "dralens_sharing_decisions_total")};
+  SharingMetrics m{
+      .decisions_total = telemetry::BuildCounter(registry, "dralens_sharing_decisions_total"),
+      .restores_total = telemetry::BuildCounter(registry, "dralens_sharing_restores_total")};
   for (sharing::SharingStrategy strategy : kStrategies) {
+    for (const char* result : {"ok", "error"}) {
+      m.restores_total.Add(
+          {{"strategy", std::string(sharing::ToString(strategy))}, {"result", result}});
+    }
     for (SharingOutcome outcome : kOutcomes) {
       const bool granted = outcome == SharingOutcome::kGranted;
       m.decisions[static_cast<int>(strategy)][static_cast<int>(outcome)] =
@@ -94,6 +100,13 @@ SharingMetrics SharingMetrics::Create(prometheus::Registry& registry) {
 
 void SharingMetrics::Record(sharing::SharingStrategy strategy, SharingOutcome outcome) {
   decisions[static_cast<int>(strategy)][static_cast<int>(outcome)]->Increment();
+}
+
+void SharingMetrics::RecordRestore(sharing::SharingStrategy strategy, bool ok) {
+  restores_total
+      .Add(
+          {{"strategy", std::string(sharing::ToString(strategy))}, {"result", ok ? "ok" : "error"}})
+      .Increment();
 }
 
 SharingApplier::SharingApplier(discovery::TimeSliceControl& time_slices, sharing::MpsControl& mps,
@@ -182,6 +195,43 @@ absl::Status SharingApplier::Release(const std::string& uid,
     }
   }
   return absl::OkStatus();
+}
+
+SharingRestoreResult SharingApplier::Restore(
+    const Checkpoint& checkpoint, const std::function<int(const std::string&)>& host_index,
+    SharingMetrics& metrics) {
+  SharingRestoreResult result;
+  for (const auto& [uid, claim] : checkpoint.claims) {
+    if (claim.state != ClaimState::kPrepareCompleted) {
+      continue;
+    }
+    for (size_t i = 0; i < claim.devices.size(); ++i) {
+      const CheckpointDevice& d = claim.devices[i];
+      if (!d.sharing.has_value() || d.sharing->config.mode == sharing::SharingMode::kNone ||
+          d.uuid.empty()) {
+        continue;
+      }
+      absl::StatusOr<CdiContainerEdits> applied =
+          Apply(uid, d, host_index(d.device), static_cast<int>(i));
+      metrics.RecordRestore(d.sharing->strategy, applied.ok());
+      if (applied.ok()) {
+        ++result.applied;
+        DLOG(kInfo, "sharing", "sharing of a restored claim applied again",
+             {{"claim", absl::StrCat(claim.namespace_name, "/", claim.name)},
+              {"uid", uid},
+              {"device", d.device},
+              {"strategy", sharing::ToString(d.sharing->strategy)}});
+      } else {
+        ++result.errors;
+        DLOG(kWarn, "sharing", "could not apply the sharing of a restored claim again",
+             {{"claim", absl::StrCat(claim.namespace_name, "/", claim.name)},
+              {"uid", uid},
+              {"device", d.device},
+              {"error", applied.status().message()}});
+      }
+    }
+  }
+  return result;
 }
 
 }  // namespace dralens::driver::prepare

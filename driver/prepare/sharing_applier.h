@@ -11,11 +11,20 @@
 //
 //   dralens_sharing_decisions_total{strategy,result,reason}   one per device decision; the
 //       outcome is an enum (granted, the planner's refusals, apply_error)
+//   dralens_sharing_restores_total{strategy,result}           one per device of a restored
+//       claim whose settings were applied again at start (ok, error)
+//
+// After a restart (a kill, a crash, a GPU reset or driver reload) the settings of the claims in
+// the checkpoint may be gone: the MPS control daemons died with their parent or the GPU, the
+// time slice went back to Default. Restore() applies them again, as Apply() did at prepare (both
+// calls are idempotent), for every device of every PrepareCompleted claim; PrepareStarted claims
+// are rolled back by their next prepare instead.
 //
 // Thread-safety: thread-safe. Callers hold the locks of the devices they apply or release.
 #pragma once
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -50,12 +59,20 @@ absl::string_view ToString(SharingOutcome outcome);
 
 struct SharingMetrics {
   prometheus::Family<prometheus::Counter>& decisions_total;
+  prometheus::Family<prometheus::Counter>& restores_total;
   // [strategy][outcome]
   std::array<std::array<prometheus::Counter*, kSharingOutcomeCount>, kSharingStrategyCount>
       decisions{};
 
   static SharingMetrics Create(prometheus::Registry& registry);
   void Record(sharing::SharingStrategy strategy, SharingOutcome outcome);
+  void RecordRestore(sharing::SharingStrategy strategy, bool ok);
+};
+
+// What Restore() did.
+struct SharingRestoreResult {
+  int applied = 0;  // devices whose settings were applied again
+  int errors = 0;   // devices whose settings could not be (logged and counted)
 };
 
 class SharingApplier {
@@ -73,6 +90,11 @@ class SharingApplier {
   // Idempotent. Errors carry FailureReason kSharingError.
   absl::Status Release(const std::string& uid, const std::vector<CheckpointDevice>& devices,
                        const Checkpoint& holders);
+  // See the top of this file. `host_index` gives a device name's NVML index (-1: none). Callers
+  // run it at start, before any prepare or unprepare.
+  SharingRestoreResult Restore(const Checkpoint& checkpoint,
+                               const std::function<int(const std::string&)>& host_index,
+                               SharingMetrics& metrics);
 
  private:
   discovery::TimeSliceControl& time_slices_;

@@ -38,6 +38,15 @@ size_t CountDevices(const std::vector<model::ResourceSlice>& slices) {
   return n;
 }
 
+// Notes a slice as the server stored it after our write.
+void RecordStored(const nlohmann::json& stored, std::map<std::string, std::string>* on_server) {
+  const std::string name = stored.value("/metadata/name"_json_pointer, "");
+  absl::StatusOr<model::ResourceSlice> decoded = model::Decode<model::ResourceSlice>(stored);
+  // An answer we cannot read leaves the entry empty: any event about it then counts as drift
+  // and one more pass reads the list.
+  (*on_server)[name] = decoded.ok() ? ContentKey(*decoded) : "";
+}
+
 // Whether a pass that failed with `status` should start over from the list.
 bool RestartsPass(const absl::Status& status) {
   return k8s::IsConflict(status) || k8s::IsNotFound(status);
@@ -96,6 +105,7 @@ absl::Status SlicePublisher::EnsureNodeUid() {
 
 SliceMetrics::SliceMetrics(prometheus::Registry& registry)
     : syncs_(telemetry::BuildCounter(registry, "dralens_slices_syncs_total")),
+      drifts_(telemetry::BuildCounter(registry, "dralens_slices_drift_total")),
       duration_(telemetry::BuildHistogram(registry, "dralens_slices_sync_duration_seconds")
                     .Add({}, telemetry::DurationBuckets())),
       generation_(telemetry::BuildGauge(registry, "dralens_slices_pool_generation").Add({})),
@@ -104,6 +114,13 @@ SliceMetrics::SliceMetrics(prometheus::Registry& registry)
   for (const char* result : {"unchanged", "changed", "error"}) {
     syncs_.Add({{"result", result}});
   }
+  for (const char* kind : {"deleted", "modified", "added"}) {
+    drifts_.Add({{"kind", kind}});
+  }
+}
+
+void SliceMetrics::RecordDrift(absl::string_view kind) {
+  drifts_.Add({{"kind", std::string(kind)}}).Increment();
 }
 
 void SliceMetrics::RecordSync(const absl::StatusOr<SyncResult>& result, absl::Duration duration) {
@@ -136,11 +153,13 @@ absl::StatusOr<SyncResult> SlicePublisher::Sync() {
   }
 
   absl::StatusOr<SyncResult> result;
+  std::map<std::string, std::string> on_server;
   if (absl::Status uid = EnsureNodeUid(); !uid.ok()) {
     result = uid;
   } else {
     for (int pass = 1;; ++pass) {
-      result = SyncPass(*inventory, taints);
+      on_server.clear();
+      result = SyncPass(*inventory, taints, &on_server);
       if (result.ok() || pass >= options_.max_conflict_passes || !RestartsPass(result.status())) {
         break;
       }
@@ -155,10 +174,17 @@ absl::StatusOr<SyncResult> SlicePublisher::Sync() {
     options_.metrics->RecordSync(result, clock_.Now() - started);
   }
 
+  // What the server holds is known only after a pass that succeeded.
+  if (result.ok()) {
+    on_server_ = std::move(on_server);
+  } else {
+    on_server_.reset();
+  }
   absl::MutexLock lock(&mu_);
   if (result.ok()) {
     last_success_ = clock_.Now();
     last_error_ = absl::OkStatus();
+    in_sync_ = true;
     published_seq_ = std::max(published_seq_, seq);
     if (result->changed()) {
       DLOG(kInfo, kComponent, "slices published",
@@ -181,7 +207,8 @@ absl::StatusOr<SyncResult> SlicePublisher::Sync() {
 
 absl::StatusOr<SyncResult> SlicePublisher::SyncPass(
     const model::Inventory& inventory,
-    const std::map<std::string, std::vector<model::DeviceTaint>>& taints) {
+    const std::map<std::string, std::vector<model::DeviceTaint>>& taints,
+    std::map<std::string, std::string>* on_server) {
   k8s::ListOptions list_options;
   list_options.field_selector =
       absl::StrCat("spec.nodeName=", options_.node_name, ",spec.driver=", options_.driver_name);
@@ -240,6 +267,9 @@ absl::StatusOr<SyncResult> SlicePublisher::SyncPass(
     std::sort(have.begin(), have.end());
     std::sort(want.begin(), want.end());
     if (have == want) {
+      for (const Existing& e : existing) {
+        (*on_server)[e.name] = ContentKey(*e.slice);
+      }
       last_generation_ = std::max(last_generation_, max_seen);
       result.generation = max_seen;
       return result;
@@ -273,6 +303,7 @@ absl::StatusOr<SyncResult> SlicePublisher::SyncPass(
     if (!stored.ok()) {
       return common::Annotate(stored.status(), absl::StrCat("update slice ", e.name));
     }
+    RecordStored(*stored, on_server);
     ++result.updated;
   }
   for (size_t i = paired; i < desired.size(); ++i) {
@@ -281,6 +312,7 @@ absl::StatusOr<SyncResult> SlicePublisher::SyncPass(
     if (!stored.ok()) {
       return common::Annotate(stored.status(), "create slice");
     }
+    RecordStored(*stored, on_server);
     ++result.created;
   }
   last_generation_ = generation;
@@ -293,6 +325,44 @@ absl::StatusOr<SyncResult> SlicePublisher::SyncPass(
     ++result.deleted;
   }
   return result;
+}
+
+bool SlicePublisher::Observe(absl::string_view type, const nlohmann::json& object) {
+  // Judge events against the outcome of a pass in progress, not against the one before it.
+  absl::MutexLock sync_lock(&sync_mu_);
+  if (!on_server_.has_value()) {
+    return false;
+  }
+  std::map<std::string, std::string>& on_server = *on_server_;
+  const std::string name = object.value("/metadata/name"_json_pointer, "");
+  const auto known = on_server.find(name);
+  const char* kind = nullptr;
+  if (type == "DELETED") {
+    if (known != on_server.end()) {
+      kind = "deleted";
+      on_server.erase(known);
+    }
+  } else if (type == "ADDED" || type == "MODIFIED") {
+    absl::StatusOr<model::ResourceSlice> decoded = model::Decode<model::ResourceSlice>(object);
+    const std::string key = decoded.ok() ? ContentKey(*decoded) : "";
+    if (known == on_server.end()) {
+      kind = "added";
+    } else if (key.empty() || key != known->second) {
+      kind = "modified";
+    }
+  }
+  if (kind == nullptr) {
+    return false;
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordDrift(kind);
+  }
+  DLOG(kInfo, kComponent, "slice drift, converging",
+       {{"node", options_.node_name}, {"slice", name}, {"drift", kind}});
+  absl::MutexLock lock(&mu_);
+  in_sync_ = false;
+  want_sync_ = true;
+  return true;
 }
 
 void SlicePublisher::Run() {
@@ -386,7 +456,7 @@ std::optional<absl::Time> SlicePublisher::LastSuccess() const {
 
 bool SlicePublisher::Published() const {
   absl::MutexLock lock(&mu_);
-  return inventory_.has_value() && published_seq_ == inventory_seq_ && last_error_.ok();
+  return inventory_.has_value() && published_seq_ == inventory_seq_ && last_error_.ok() && in_sync_;
 }
 
 absl::Status SlicePublisher::LastError() const {

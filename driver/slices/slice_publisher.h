@@ -24,6 +24,14 @@
 // The first Sync after start always lists and converges, which republishes what the kubelet
 // wiped while the plugin was away.
 //
+// Drift: Observe() is fed the watch events of this node's slices of this driver (the same
+// selector). After every successful pass the publisher remembers what the pool on the server
+// is (slice name → owned content). An event that departs from it — a slice of the pool
+// deleted, a slice changed by someone else, a slice it did not write — marks the pool out of
+// sync (Published() is false from then on) and wakes the loop, which converges at once (or
+// after the current backoff). Observe() waits for a pass in progress, so the events of the
+// publisher's own writes are judged against what that pass wrote and are not drift.
+//
 // Thread-safety: every public method is thread-safe. Sync() calls are serialized.
 #pragma once
 
@@ -38,9 +46,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "driver/slices/slice_builder.h"
+#include "nlohmann/json.hpp"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -89,9 +99,12 @@ class SliceMetrics {
  public:
   explicit SliceMetrics(prometheus::Registry& registry);
   void RecordSync(const absl::StatusOr<SyncResult>& result, absl::Duration duration);
+  // One observed drift; `kind` is deleted, modified or added.
+  void RecordDrift(absl::string_view kind);
 
  private:
   prometheus::Family<prometheus::Counter>& syncs_;
+  prometheus::Family<prometheus::Counter>& drifts_;
   prometheus::Histogram& duration_;
   prometheus::Gauge& generation_;
   prometheus::Gauge& devices_;
@@ -115,6 +128,11 @@ class SlicePublisher {
   // re-registered the plugin and may have wiped the slices).
   void Resync();
 
+  // A watch event about one slice of this node and driver (see "Drift" above). `type` is
+  // ADDED, MODIFIED or DELETED; `object` the slice as the event carries it. Returns whether
+  // the event was drift.
+  bool Observe(absl::string_view type, const nlohmann::json& object);
+
   // One convergence pass for the latest inventory. FailedPrecondition before the first
   // Publish(). Used by the loop; tests and the node role's startup may call it directly.
   absl::StatusOr<SyncResult> Sync();
@@ -125,7 +143,7 @@ class SlicePublisher {
   void Stop();
 
   // Readiness: when the last Sync() succeeded (Clock time), and whether the latest inventory
-  // is on the server as of that pass.
+  // is on the server as of that pass and no drift was observed since.
   std::optional<absl::Time> LastSuccess() const;
   bool Published() const;
   // The error of the last failed pass; OK after a success.
@@ -136,7 +154,8 @@ class SlicePublisher {
  private:
   absl::StatusOr<SyncResult> SyncPass(
       const model::Inventory& inventory,
-      const std::map<std::string, std::vector<model::DeviceTaint>>& taints);
+      const std::map<std::string, std::vector<model::DeviceTaint>>& taints,
+      std::map<std::string, std::string>* on_server) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
   absl::Status EnsureNodeUid();
   void Loop();
 
@@ -148,6 +167,9 @@ class SlicePublisher {
   absl::Mutex sync_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   std::string node_uid_ ABSL_GUARDED_BY(sync_mu_);
   int64_t last_generation_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  // The pool on the server after the last successful pass: slice name → ContentKey. Unknown
+  // before the first and after a failed pass (whose retry converges anyway).
+  std::optional<std::map<std::string, std::string>> on_server_ ABSL_GUARDED_BY(sync_mu_);
 
   mutable absl::Mutex mu_;
   std::optional<model::Inventory> inventory_ ABSL_GUARDED_BY(mu_);
@@ -155,6 +177,8 @@ class SlicePublisher {
   uint64_t inventory_seq_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Publish() and SetTaints()
   uint64_t published_seq_ ABSL_GUARDED_BY(mu_) = 0;  // seq of the last successful pass
   bool want_sync_ ABSL_GUARDED_BY(mu_) = false;
+  // False from an observed drift until the next successful pass.
+  bool in_sync_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Time> last_success_ ABSL_GUARDED_BY(mu_);
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);

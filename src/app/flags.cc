@@ -149,6 +149,22 @@ std::vector<FlagSpec> BuildFlags() {
                {Role::kNode},
                OneOf({"true", "false"}),
                /*is_bool=*/true});
+  f.push_back({"orphan-check-interval",
+               "DRALENS_ORPHAN_CHECK_INTERVAL",
+               "1m",
+               "How often every prepared claim is checked against the API server for orphans "
+               "(the ResourceClaim is gone, has another UID or is no longer allocated here); "
+               "also checked at start.",
+               {Role::kNode},
+               CheckPositiveDuration});
+  f.push_back({"unprepare-orphans-after",
+               "DRALENS_UNPREPARE_ORPHANS_AFTER",
+               "",
+               "Unprepare a prepared claim once it has been orphaned for this long, as the "
+               "kubelet would (CDI spec, checkpoint entry, MIG instances and sharing released). "
+               "Unset: orphans are only reported.",
+               {Role::kNode},
+               [](absl::string_view v) { return v.empty() ? "" : CheckPositiveDuration(v); }});
   f.push_back({"metrics-address", "DRALENS_METRICS_ADDRESS", "0.0.0.0:9477",
                "host:port serving /metrics, /healthz, /readyz and /debug. Port 0 picks a free "
                "port.",

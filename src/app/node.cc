@@ -121,6 +121,12 @@ int RunNode(const FlagValues& flags) {
          options.device_taints = flags.GetBool("device-taints");
          options.dynamic_mig = flags.GetBool("dynamic-mig");
          options.consumable_capacity = flags.GetBool("consumable-capacity");
+         absl::ParseDuration(flags.Get("orphan-check-interval"), &options.orphan_check_interval);
+         if (const std::string after = flags.Get("unprepare-orphans-after"); !after.empty()) {
+           absl::Duration d;
+           absl::ParseDuration(after, &d);  // checked by the flag parser
+           options.unprepare_orphans_after = d;
+         }
          if (options.dynamic_mig) {
            options.api_minor = ServerMinorVersion(*state.client);
          }

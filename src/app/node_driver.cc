@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "driver/prepare/temp_cleanup.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 
@@ -70,6 +71,10 @@ absl::Status NodeDriver::StartAll() {
   health_->SetInventory(*inventory);
   health_->Start(*source_);
   health_services_ = std::make_unique<driver::health::HealthServices>(*health_, clock_);
+
+  // Before anything writes there: what a kill during an atomic write left behind.
+  driver::prepare::RemoveStaleTempFiles(
+      absl::StrCat(options_.plugins_dir, "/", options_.driver_name), options_.cdi_root, *registry_);
 
   absl::StatusOr<std::string> boot_id = driver::prepare::ReadBootId(options_.boot_id_path);
   RETURN_IF_ERROR_CTX(boot_id.status(), "read the node boot id");
@@ -151,11 +156,37 @@ absl::Status NodeDriver::StartAll() {
   }
   publisher_->Run();
 
+  // Drift of the published pool (the kubelet wipes the node's slices when it starts; anyone may
+  // edit or delete them) reaches the publisher through a watch on the same selector.
+  k8s::InformerOptions watch_options;
+  watch_options.field_selector =
+      absl::StrCat("spec.nodeName=", node, ",spec.driver=", options_.driver_name);
+  slice_watch_ = std::make_unique<k8s::Informer>(client_, k8s::kResourceSlices, watch_options);
+  slice_watch_->SetHandlers({
+      .on_add = [this](const nlohmann::json& slice) { publisher_->Observe("ADDED", slice); },
+      .on_update = [this](const nlohmann::json& /*old_slice*/,
+                          const nlohmann::json& slice) { publisher_->Observe("MODIFIED", slice); },
+      .on_delete = [this](const nlohmann::json& slice) { publisher_->Observe("DELETED", slice); },
+  });
+  slice_watch_->Start();
+
+  driver::prepare::OrphanDetectorOptions orphan_options;
+  orphan_options.driver_name = options_.driver_name;
+  orphan_options.pool_name = node;
+  orphan_options.interval = options_.orphan_check_interval;
+  orphan_options.unprepare_after = options_.unprepare_orphans_after;
+  orphans_ = std::make_unique<driver::prepare::OrphanDetector>(
+      orphan_options, client_, preparation_->ledger(), preparation_->preparer(), clock_,
+      *registry_);
+  orphans_->Run();
+
   driver::plugin::PluginServerOptions plugin_options;
   plugin_options.driver_name = options_.driver_name;
   plugin_options.registry_dir = options_.registry_dir;
   plugin_options.plugins_dir = options_.plugins_dir;
   plugin_options.health = health_services_.get();
+  // A restarted kubelet wipes the node's slices before it registers the plugin again: look.
+  plugin_options.on_registered = [this] { publisher_->Resync(); };
   ASSIGN_OR_RETURN(
       plugin_, driver::plugin::PluginServer::Start(
                    plugin_options, preparation_->preparer(),
@@ -169,6 +200,12 @@ void NodeDriver::Stop() {
   }
   if (plugin_) {
     plugin_->Stop();
+  }
+  if (orphans_) {
+    orphans_->Stop();
+  }
+  if (slice_watch_) {
+    slice_watch_->Stop();
   }
   if (publisher_) {
     publisher_->Stop();

@@ -4,26 +4,34 @@
 //
 // Start, in this order (each step's failure stops the start and is returned, annotated):
 //   1. discover the GPUs through the device source;
-//   2. open the checkpoint and the CDI root, restore prepared claims (a claim left
-//      PrepareStarted by a crash is rolled back on its next prepare);
+//   2. remove the temp files of interrupted writes in the plugin directory and the CDI root
+//      (driver/prepare/temp_cleanup.h), open the checkpoint and the CDI root, restore prepared
+//      claims (a claim left PrepareStarted by a crash is rolled back on its next prepare);
 //   3. publish the ResourceSlices once, synchronously when the API server answers (a failure
 //      here is logged and retried by the publisher's loop with backoff: the kubelet plugin must
 //      still come up, or the kubelet could not unprepare claims of running pods);
-//   4. serve dra.sock, then the registration socket (the kubelet registers us as soon as that
-//      one appears, so it comes last).
+//   4. watch this node's slices of this driver: a slice deleted (the kubelet wipes them when it
+//      starts), edited or added by someone else makes the publisher converge at once;
+//   5. check the prepared claims for orphans, at once and then periodically;
+//   6. serve dra.sock, then the registration socket (the kubelet registers us as soon as that
+//      one appears, so it comes last). Every registration by the kubelet asks the publisher for
+//      a pass too, as a restarted kubelet may have wiped the slices.
 // Stop reverses it: the registration socket goes first, then dra.sock (in-flight calls get a
-// grace period), then the publisher loop. Slices stay on the server: the kubelet wipes them
-// 30 s after the plugin disconnects, and a restarting plugin republishes at once.
+// grace period), then the orphan checks, the slice watch and the publisher loop. Slices stay on the
+// server: the kubelet wipes them 30 s after the plugin disconnects, and a restarting plugin
+// republishes at once.
 //
 // Ready() is what /readyz reports: the kubelet acknowledged the registration and the current
-// inventory is on the API server.
+// inventory is on the API server, with no drift seen since the last pass.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "driver/discovery/device_source.h"
 #include "driver/health/health_service.h"
 #include "driver/health/monitor.h"
@@ -31,6 +39,7 @@
 #include "driver/plugin/plugin_server.h"
 #include "driver/prepare/cdi.h"
 #include "driver/prepare/checkpoint.h"
+#include "driver/prepare/orphan_detector.h"
 #include "driver/prepare/preparation.h"
 #include "driver/sharing/mps.h"
 #include "driver/slices/slice_publisher.h"
@@ -38,6 +47,7 @@
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/k8s/client.h"
+#include "src/k8s/informer.h"
 #include "src/telemetry/exemplar.h"
 #include "src/telemetry/tracing/tracer.h"
 #include "src/telemetry/tracing/tracer_impl.h"
@@ -64,6 +74,10 @@ struct NodeDriverOptions {
   // Publish full GPUs for consumable capacity (allowMultipleAllocations with a memory request
   // policy; needs the DRAConsumableCapacity feature gate).
   bool consumable_capacity = false;
+  // Orphaned prepared claims (driver/prepare/orphan_detector.h): how often to check, and after
+  // how long an orphan is unprepared (nullopt: never).
+  absl::Duration orphan_check_interval = absl::Minutes(1);
+  std::optional<absl::Duration> unprepare_orphans_after;
   // Telemetry sinks; not owned, must outlive the driver. A null registry (or exemplar store)
   // records into a private one nobody scrapes; a null tracer records no spans.
   prometheus::Registry* registry = nullptr;
@@ -132,6 +146,8 @@ class NodeDriver {
   std::unique_ptr<driver::sharing::MpsControl> mps_;
   std::unique_ptr<driver::prepare::Preparation> preparation_;
   std::unique_ptr<driver::slices::SlicePublisher> publisher_;
+  std::unique_ptr<k8s::Informer> slice_watch_;
+  std::unique_ptr<driver::prepare::OrphanDetector> orphans_;
   driver::plugin::PluginServerPtr plugin_;
 };
 

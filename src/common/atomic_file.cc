@@ -4,12 +4,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 
@@ -106,6 +111,60 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   temp_exists = false;
   // Without this the rename may be lost on power failure even though the data was synced.
   return Annotate(FsyncDirectory(dir), absl::StrCat("write ", path));
+}
+
+bool IsAtomicTempName(absl::string_view name, absl::string_view base_prefix) {
+  constexpr absl::string_view kMarker = ".tmp-";
+  constexpr size_t kRandom = 6;  // mkostemp's XXXXXX
+  if (name.size() < 1 + kMarker.size() + kRandom + 1 || name[0] != '.') {
+    return false;
+  }
+  const absl::string_view random = name.substr(name.size() - kRandom);
+  for (const char c : random) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c))) {
+      return false;
+    }
+  }
+  const absl::string_view rest = name.substr(0, name.size() - kRandom);
+  if (!absl::EndsWith(rest, kMarker)) {
+    return false;
+  }
+  const absl::string_view base = rest.substr(1, rest.size() - 1 - kMarker.size());
+  return !base.empty() && absl::StartsWith(base, base_prefix);
+}
+
+TempCleanup RemoveStaleTempFiles(const std::string& dir, absl::string_view base_prefix) {
+  TempCleanup out;
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec) {
+    if (ec != std::errc::no_such_file_or_directory) {
+      out.errors.push_back(absl::StrCat(dir, ": ", ec.message()));
+    }
+    return out;
+  }
+  for (const std::filesystem::directory_entry& entry : it) {
+    const std::string name = entry.path().filename().string();
+    std::error_code type_ec;
+    // symlink_status: a link named like a temp file is not ours to follow or remove.
+    if (!IsAtomicTempName(name, base_prefix) ||
+        !std::filesystem::is_regular_file(entry.symlink_status(type_ec))) {
+      continue;
+    }
+    const std::string path = entry.path().string();
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      out.errors.push_back(absl::StrCat(path, ": ", ErrnoStatus(errno, "unlink", path).message()));
+      continue;
+    }
+    out.removed.push_back(path);
+  }
+  if (!out.removed.empty()) {
+    if (absl::Status synced = FsyncDirectory(dir); !synced.ok()) {
+      out.errors.push_back(std::string(synced.message()));
+    }
+  }
+  std::sort(out.removed.begin(), out.removed.end());
+  return out;
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {

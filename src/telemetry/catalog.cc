@@ -111,6 +111,13 @@ std::vector<MetricSpec> BuildCatalog() {
        S::kBeta},
 
       // GPU sharing.
+      {"dralens_sharing_restores_total",
+       K::kCounter,
+       {"strategy", "result"},
+       "node",
+       "Sharing settings (time slice, MPS control daemon) of claims restored from the checkpoint "
+       "applied again at start, one per device, by strategy and result (ok, error).",
+       S::kAlpha},
       {"dralens_sharing_decisions_total",
        K::kCounter,
        {"strategy", "result", "reason"},
@@ -214,12 +221,49 @@ std::vector<MetricSpec> BuildCatalog() {
        "DRAResourceClaimDeviceStatus off; gone: the claim was deleted; error: given up after "
        "retries).",
        S::kAlpha},
+      {"dralens_node_orphaned_claims",
+       K::kGauge,
+       {"reason"},
+       "node",
+       "Prepared claims (in this node's checkpoint) that nobody will unprepare, by reason: gone "
+       "(the ResourceClaim was deleted), replaced (its name now has another UID), not_allocated "
+       "(its allocation no longer holds the devices prepared here). Set by the periodic check.",
+       S::kAlpha},
+      {"dralens_node_orphaned_claim_age_seconds",
+       K::kGauge,
+       {"namespace", "claim", "uid"},
+       "node",
+       "One series per orphaned prepared claim: how long the checks of this process have found "
+       "it orphaned. The series goes when the claim is unprepared or no longer orphaned.",
+       S::kAlpha},
+      {"dralens_node_orphan_checks_total",
+       K::kCounter,
+       {"result"},
+       "node",
+       "Checks of the prepared claims against the API server, by result (ok; error: at least "
+       "one claim could not be fetched and was not judged).",
+       S::kAlpha},
+      {"dralens_node_orphans_unprepared_total",
+       K::kCounter,
+       {"result"},
+       "node",
+       "Orphaned claims unprepared by the node itself (--unprepare-orphans-after), through the "
+       "kubelet's unprepare path, by result (ok, error).",
+       S::kAlpha},
       {"dralens_node_checkpoint_writes_total",
        K::kCounter,
        {"result"},
        "node",
        "Durable checkpoint writes by result (ok, error).",
        S::kBeta},
+      {"dralens_node_temp_files_removed_total",
+       K::kCounter,
+       {"location"},
+       "node",
+       "Temp files of interrupted atomic writes removed at start, by location (plugin_dir: the "
+       "driver's own directory with the checkpoint; cdi_root: only the temp files of this "
+       "driver's CDI specs).",
+       S::kAlpha},
 
       // ResourceSlice publishing.
       {"dralens_slices_syncs_total",
@@ -227,6 +271,15 @@ std::vector<MetricSpec> BuildCatalog() {
        {"result"},
        "node",
        "ResourceSlice convergence passes by result (unchanged, changed, error).",
+       S::kBeta},
+      {"dralens_slices_drift_total",
+       K::kCounter,
+       {"kind"},
+       "node",
+       "Changes to this node's published slices that the driver did not make, seen on its "
+       "watch, by kind (deleted: e.g. the kubelet's wipe at its start; modified: edited by "
+       "someone else; added: a slice of this node and driver the driver did not write). Each one "
+       "starts a convergence pass.",
        S::kBeta},
       {"dralens_slices_sync_duration_seconds",
        K::kHistogram,

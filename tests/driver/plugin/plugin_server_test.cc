@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -156,6 +157,26 @@ TEST_F(PluginServerTest, NotifyRegistrationStatusIsRecorded) {
   ASSERT_TRUE(stub->NotifyRegistrationStatus(Context().get(), accepted, &response).ok());
   EXPECT_EQ(server_->RegistrationStatus(),
             (RegistrationState{.notified = true, .registered = true, .error = ""}));
+}
+
+// A restarted kubelet registers the plugin again (and may have wiped its slices): each
+// accepted registration runs the hook, a rejected one does not.
+TEST_F(PluginServerTest, EveryAcceptedRegistrationRunsTheHook) {
+  std::atomic<int> registered{0};
+  options_.on_registered = [&registered] { ++registered; };
+  StartServer();
+  auto stub = ::pluginregistration::Registration::NewStub(Channel(RegSock()));
+  ::pluginregistration::RegistrationStatusResponse response;
+  ::pluginregistration::RegistrationStatus rejected;
+  rejected.set_plugin_registered(false);
+  rejected.set_error("refused");
+  ASSERT_TRUE(stub->NotifyRegistrationStatus(Context().get(), rejected, &response).ok());
+  EXPECT_EQ(registered.load(), 0);
+  ::pluginregistration::RegistrationStatus accepted;
+  accepted.set_plugin_registered(true);
+  ASSERT_TRUE(stub->NotifyRegistrationStatus(Context().get(), accepted, &response).ok());
+  ASSERT_TRUE(stub->NotifyRegistrationStatus(Context().get(), accepted, &response).ok());
+  EXPECT_EQ(registered.load(), 2);
 }
 
 TEST_F(PluginServerTest, PrepareAndUnprepareV1WithShareId) {

@@ -345,5 +345,58 @@ TEST_F(SharingPrepareTest, ConfigsForOtherDriversAreSkipped) {
   EXPECT_EQ(Decisions("exclusive", "granted", "none"), 1);
 }
 
+// A kill -9 or a GPU reset takes the daemons and the time slice with it: the restarted node
+// applies the restored claims' settings again, and counts it.
+TEST_F(SharingPrepareTest, ARestartAppliesTheSharingOfRestoredClaimsAgain) {
+  const std::string ts_gpu = Uuid("gpu-0");
+  const std::string mps_gpu = Uuid("gpu-1");
+  ClaimRef ts = MakeClaim("ts", {{"gpu-0"}}, TimeSlicing("Long"));
+  ClaimRef mps_a = MakeClaim("mps-a", {{"gpu-1"}}, Mps(40, "2Gi"));
+  ClaimRef mps_b = MakeClaim("mps-b", {{"gpu-1"}}, Mps(40, "2Gi"));
+  ClaimRef exclusive = MakeClaim("whole", {{"gpu-0"}});  // refused: gpu-0 is time-sliced
+  for (const ClaimRef& ref : {ts, mps_a, mps_b}) {
+    ASSERT_EQ(Prepare(ref).error, "") << ref.name;
+  }
+  ASSERT_NE(Prepare(exclusive).error, "");
+  const std::optional<sharing::MpsDaemonSettings> daemon = mps_.Running(mps_gpu);
+  ASSERT_TRUE(daemon.has_value());
+
+  // What a crash leaves: the daemon is gone, the GPU's interval is back to its default.
+  ASSERT_TRUE(source_->SetTimeSlice(ts_gpu, discovery::TimeSlice::kDefault).ok());
+  ASSERT_TRUE(mps_.Stop(mps_gpu).ok());
+  std::filesystem::remove_all(h_.dir().Join(absl::StrCat("mps/", mps_a.uid)));
+
+  Restart();
+  EXPECT_EQ(source_->TimeSliceForTest(ts_gpu), discovery::TimeSlice::kLong);
+  EXPECT_EQ(mps_.Running(mps_gpu), daemon);
+  EXPECT_TRUE(std::filesystem::is_directory(daemon->paths.pipe_dir));
+  EXPECT_EQ(testing::SeriesValue(h_.registry(), "dralens_sharing_restores_total",
+                                 {{"strategy", "time_slicing"}, {"result", "ok"}}),
+            1);
+  EXPECT_EQ(testing::SeriesValue(h_.registry(), "dralens_sharing_restores_total",
+                                 {{"strategy", "mps"}, {"result", "ok"}}),
+            2);
+
+  // Settings still in force are left as they are (idempotent), and the claims unprepare as usual.
+  Restart();
+  EXPECT_EQ(mps_.Running(mps_gpu), daemon);
+  ASSERT_EQ(Unprepare(mps_a), "");
+  ASSERT_EQ(Unprepare(mps_b), "");
+  EXPECT_FALSE(mps_.Running(mps_gpu).has_value());
+  ASSERT_EQ(Unprepare(ts), "");
+  EXPECT_EQ(source_->TimeSliceForTest(ts_gpu), discovery::TimeSlice::kDefault);
+
+  // A failing re-apply is counted and does not stop the start.
+  ClaimRef again = MakeClaim("ts-again", {{"gpu-0"}}, TimeSlicing("Short"));
+  ASSERT_EQ(Prepare(again).error, "");
+  source_->FailNextCalls(discovery::SimulatedOp::kSetTimeSlice, 1,
+                         absl::InternalError("NVML_ERROR_UNKNOWN"));
+  Restart();
+  EXPECT_EQ(testing::SeriesValue(h_.registry(), "dralens_sharing_restores_total",
+                                 {{"strategy", "time_slicing"}, {"result", "error"}}),
+            1);
+  EXPECT_EQ(h_.checkpoint().claims.count(again.uid), 1u);
+}
+
 }  // namespace
 }  // namespace dralens::driver::prepare

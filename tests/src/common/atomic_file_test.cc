@@ -1,7 +1,9 @@
 #include "src/common/atomic_file.h"
 
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -188,6 +190,69 @@ TEST_F(AtomicFileTest, ConcurrentWritersNeverProduceATornFile) {
   EXPECT_EQ(bad_reads.load(), 0);
   EXPECT_GT(reads.load(), 0);
   EXPECT_THAT(ListDir(dir_), ::testing::ElementsAre("shared"));
+}
+
+// A process killed in the middle of a write: the child's file size limit stops its write() with
+// SIGXFSZ, which ends it like a SIGKILL would, after the temp file exists.
+TEST_F(AtomicFileTest, LeftoversOfAKilledWriterAreRecognisedAndRemoved) {
+  const std::string path = dir_ + "/checkpoint.json";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit none{0, 0};
+    ::setrlimit(RLIMIT_CORE, &none);
+    rlimit small{16, 16};
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    (void)WriteFileAtomically(path, std::string(4096, 'x'));
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  std::vector<std::string> left = ListDir(dir_);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_TRUE(IsAtomicTempName(left[0])) << left[0];
+  EXPECT_TRUE(IsAtomicTempName(left[0], "checkpoint"));
+  EXPECT_FALSE(IsAtomicTempName(left[0], "k8s.gpu.dralens.dev-claim_"));
+
+  // Foreign files, and names that are almost ours, stay.
+  const std::vector<std::string> foreign = {"checkpoint.json",
+                                            ".checkpoint.json.tmp-abc",
+                                            ".checkpoint.json.tmp-abc-de",
+                                            "checkpoint.json.tmp-abcdef",
+                                            "..tmp-abcdef",
+                                            "other.json",
+                                            ".swp.tmp-ABCDE!"};
+  for (const std::string& name : foreign) {
+    EXPECT_FALSE(IsAtomicTempName(name)) << name;
+    ASSERT_TRUE(WriteFileAtomically(dir_ + "/" + name, "x").ok());
+  }
+  // A directory and a link with a temp file's name are not removed either.
+  ASSERT_EQ(::mkdir((dir_ + "/.d.tmp-aaaaaa").c_str(), 0700), 0);
+  ASSERT_EQ(::symlink("/etc/hostname", (dir_ + "/.l.tmp-bbbbbb").c_str()), 0);
+  // A second leftover of another base.
+  ASSERT_TRUE(WriteFileAtomically(dir_ + "/.spec.json.tmp-Zz09aB", "x").ok());
+
+  TempCleanup cleaned = RemoveStaleTempFiles(dir_);
+  EXPECT_THAT(cleaned.errors, ::testing::IsEmpty());
+  EXPECT_THAT(cleaned.removed, ::testing::UnorderedElementsAre(dir_ + "/" + left[0],
+                                                               dir_ + "/.spec.json.tmp-Zz09aB"));
+  std::vector<std::string> after = ListDir(dir_);
+  for (const std::string& name : foreign) {
+    EXPECT_THAT(after, ::testing::Contains(name));
+  }
+  EXPECT_THAT(after, ::testing::Contains(".d.tmp-aaaaaa"));
+  EXPECT_THAT(after, ::testing::Contains(".l.tmp-bbbbbb"));
+  EXPECT_EQ(after.size(), foreign.size() + 2);
+  ::rmdir((dir_ + "/.d.tmp-aaaaaa").c_str());
+
+  // A prefix limits the cleanup to one family of files; a missing directory is nothing to do.
+  ASSERT_TRUE(WriteFileAtomically(dir_ + "/.a-1.tmp-aaaaaa", "x").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir_ + "/.b-1.tmp-aaaaaa", "x").ok());
+  EXPECT_THAT(RemoveStaleTempFiles(dir_, "a-").removed,
+              ::testing::ElementsAre(dir_ + "/.a-1.tmp-aaaaaa"));
+  EXPECT_TRUE(RemoveStaleTempFiles(dir_ + "/missing").removed.empty());
+  EXPECT_TRUE(RemoveStaleTempFiles(dir_ + "/missing").errors.empty());
 }
 
 }  // namespace

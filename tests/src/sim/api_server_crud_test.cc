@@ -1,6 +1,9 @@
 // CRUD semantics of the embedded API server: create/get/update/patch/delete for every resource,
 // resourceVersion, generation, conflicts, generateName, the status subresource, finalizers.
+#include <algorithm>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/src/sim/sim_test_util.h"
@@ -329,6 +332,27 @@ TEST_F(CrudTest, DeleteCollectionWithSelector) {
   Reply left = http_->Get(kSlices);
   ASSERT_EQ(left.body["items"].size(), 1u);
   EXPECT_EQ(left.body["items"][0]["metadata"]["name"], "c");
+}
+
+// The kubelet's wipe (at its start, and 30 s after a plugin went away): DeleteCollection with
+// the field selector spec.nodeName=<node>,spec.driver=<driver>. Other nodes' slices and other
+// drivers' slices of the node stay.
+TEST_F(CrudTest, DeleteCollectionWithTheKubeletsFieldSelector) {
+  ASSERT_EQ(http_->Post(kSlices, Slice("ours-1", "node-a")).status, 201);
+  ASSERT_EQ(http_->Post(kSlices, Slice("ours-2", "node-a")).status, 201);
+  ASSERT_EQ(http_->Post(kSlices, Slice("other-node", "node-b")).status, 201);
+  ASSERT_EQ(http_->Post(kSlices, Slice("other-driver", "node-a", "nic.example.com")).status, 201);
+  Reply r = http_->Delete(std::string(kSlices) +
+                          "?fieldSelector=spec.nodeName%3Dnode-a,spec.driver%3Dgpu.dralens.dev");
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["items"].size(), 2u);
+  std::vector<std::string> left;
+  const Reply list = http_->Get(kSlices);
+  for (const json& item : list.body["items"]) {
+    left.push_back(item["metadata"]["name"]);
+  }
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"other-driver", "other-node"}));
 }
 
 TEST_F(CrudTest, MergePatchRfc7386) {
