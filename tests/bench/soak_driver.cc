@@ -6,7 +6,10 @@
 //     Gone (every 15 s, in turn);
 //   - the OTLP collector both roles export to is down (a closed port) for the whole run;
 //   - the node role is killed with SIGKILL every --kill-every seconds (default 60) and started
-//     again, as its DaemonSet would be.
+//     again, as its DaemonSet would be;
+//   - the kubelet restarts every --kubelet-restart-every seconds (default 45): it deletes every
+//     ResourceSlice of the node and driver, then registers the plugin again; the node's pool
+//     must be published again within 2 s.
 // After every restart, and at the end once every claim is unprepared:
 //   - every CDI spec on disk belongs to a claim the checkpoint records as prepared, and every
 //     prepared claim has its spec (nothing leaked, nothing lost);
@@ -154,6 +157,41 @@ class Soak {
 
   void KillNode() { node_->Stop(SIGKILL, absl::Seconds(10)); }
 
+  // Devices of this node's pool as the API server holds them now.
+  int PublishedDevices() {
+    dralens::k8s::ListOptions mine;
+    mine.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=gpu.dralens.dev");
+    auto slices = client_->List(dralens::k8s::kResourceSlices, "", mine);
+    if (!slices.ok()) {
+      return -1;
+    }
+    int devices = 0;
+    for (const json& slice : slices->items) {
+      devices += static_cast<int>(slice["spec"].value("devices", json::array()).size());
+    }
+    return devices;
+  }
+
+  // What a starting kubelet does: delete the node's slices of this driver, then register the
+  // plugin again. Returns the seconds until the pool holds `devices` devices again, or -1 when
+  // it did not within 30 s.
+  double RestartKubelet(int devices) {
+    dralens::k8s::ListOptions wipe;
+    wipe.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=gpu.dralens.dev");
+    const absl::Time start = absl::Now();
+    if (!client_->DeleteCollection(dralens::k8s::kResourceSlices, "", wipe).ok()) {
+      return -1;
+    }
+    (void)dralens::sim::RegisterPlugin((root_ / "registry/gpu.dralens.dev-reg.sock").string());
+    while (absl::Now() - start < absl::Seconds(30)) {
+      if (PublishedDevices() == devices) {
+        return absl::ToDoubleSeconds(absl::Now() - start);
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return -1;
+  }
+
   // The invariants; returns the violations.
   std::vector<std::string> Check() {
     std::vector<std::string> violations;
@@ -265,6 +303,7 @@ class Soak {
 int main(int argc, char** argv) {
   const int minutes = dralens::bench::IntFlag(argc, argv, "minutes", 5);
   const int kill_every = dralens::bench::IntFlag(argc, argv, "kill-every", 60);
+  const int kubelet_every = dralens::bench::IntFlag(argc, argv, "kubelet-restart-every", 45);
   std::string tmpl = (fs::temp_directory_path() / "dralens-soak-XXXXXX").string();
   if (mkdtemp(tmpl.data()) == nullptr) {
     return 1;
@@ -286,11 +325,14 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> violations;
   std::vector<double> convergence;
+  std::vector<double> republished;  // seconds from each kubelet wipe to the pool back
+  const int devices = soak.PublishedDevices();
   std::vector<std::pair<int64_t, int64_t>> rss;  // node, cluster per minute
   int kills = 0;
   double dropped = 0;
   const absl::Time start = absl::Now();
   absl::Time next_kill = start + absl::Seconds(kill_every);
+  absl::Time next_kubelet = start + absl::Seconds(kubelet_every);
   absl::Time next_fault = start + absl::Seconds(15);
   absl::Time next_sample = start + absl::Minutes(1);
   int fault_round = 0;
@@ -314,6 +356,16 @@ int main(int argc, char** argv) {
       }
       convergence.push_back(soak.Convergence());
       next_kill = absl::Now() + absl::Seconds(kill_every);
+    }
+    if (now >= next_kubelet) {
+      // The API faults of this round are still in force: the node must get there through them.
+      const double back = soak.RestartKubelet(devices);
+      republished.push_back(back);
+      if (back < 0 || back > 2) {
+        violations.push_back(absl::StrCat("kubelet restart ", republished.size(),
+                                          ": pool not republished within 2 s (", back, " s)"));
+      }
+      next_kubelet = absl::Now() + absl::Seconds(kubelet_every);
     }
     if (now >= next_sample) {
       rss.emplace_back(RssKiB(soak.node_->pid()), RssKiB(soak.cluster_->pid()));
@@ -369,6 +421,8 @@ int main(int argc, char** argv) {
     absl::StrAppend(&conv, c < 0 ? "never" : absl::StrCat(static_cast<int>(c * 1000), "ms"), " ");
   }
   std::printf("metrics converged to the checkpoint after each restart in: %s\n", conv.c_str());
+  std::printf("kubelet restarts: %zu, pool of %d devices republished in: %s\n", republished.size(),
+              devices, dralens::bench::Percentiles(republished, "s").c_str());
   std::string mem;
   for (const auto& [node, cluster] : rss) {
     absl::StrAppend(&mem, node / 1024, "/", cluster / 1024, " ");
