@@ -100,14 +100,15 @@ std::vector<MetricSpec> BuildCatalog() {
        K::kCounter,
        {"operation", "result"},
        "node",
-       "Dynamic MIG instances created and destroyed (operation create, destroy; result ok, "
-       "error).",
+       "Dynamic MIG instances created and destroyed, and MIG mode switched on and off (operation "
+       "create, destroy, enable, disable; result ok, error).",
        S::kBeta},
       {"dralens_mig_operation_duration_seconds",
        K::kHistogram,
        {"operation"},
        "node",
-       "Time to create or destroy one dynamic MIG instance (GPU and compute instance).",
+       "Time to create or destroy one dynamic MIG instance (GPU and compute instance), or to "
+       "switch MIG mode.",
        S::kBeta},
 
       // GPU sharing.
