@@ -207,6 +207,14 @@ TEST_F(NvmlQuirksTest, AGpuWithoutXidEventsIsReportedUnmonitoredAndCounted) {
   EXPECT_EQ(Next(*source), std::nullopt);  // once per set
 }
 
+TEST_F(NvmlQuirksTest, DestroyingOnAGpuWithMigModeOffAnswersNotFound) {
+  // After a reset that took MIG mode with it, the recorded instance is simply not there.
+  auto source = Make();
+  const absl::Status gone = source->DestroyMigInstance(kA100, 1, 0);
+  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(gone.message(), HasSubstr("NVML_ERROR_NOT_FOUND"));
+}
+
 TEST(NvmlLibraryTest, LegacyOnlyLibrariesAreRefusedNamingTheMinimumDriver) {
   auto lib = nvml::NvmlLibrary::Load(FAKE_NVML_LEGACY_PATH);
   EXPECT_EQ(lib.status().code(), absl::StatusCode::kFailedPrecondition);

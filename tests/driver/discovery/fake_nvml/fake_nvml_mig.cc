@@ -157,8 +157,12 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
                                           nvmlGpuInstance_t* gi) {
   FAKE_LOCK;
   FAKE_GPU(device);
-  if (!gpu->mig_supported || gpu->mig_current == 0) {
+  if (!gpu->mig_supported) {
     return NVML_ERROR_NOT_SUPPORTED;
+  }
+  if (gpu->mig_current == 0) {
+    // An H100 with MIG mode off on driver 580.159.04 answers NOT_FOUND here, not NOT_SUPPORTED.
+    return NVML_ERROR_NOT_FOUND;
   }
   if (!s.mig_capability) {
     return NVML_ERROR_NO_PERMISSION;
