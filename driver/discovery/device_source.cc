@@ -19,6 +19,7 @@ absl::StatusOr<DeviceSourcePtr> MakeDeviceSource(const DeviceSourceOptions& opti
   if (options.kind == "nvml") {
     NvmlOptions nvml_options;
     nvml_options.library_path = options.nvml_library;
+    nvml_options.registry = options.registry;
     ASSIGN_OR_RETURN(std::unique_ptr<NvmlDeviceSource> source,
                      NvmlDeviceSource::Create(nvml_options));
     return DeviceSourcePtr(std::move(source));

@@ -15,6 +15,7 @@
 #include "driver/discovery/health_events.h"
 #include "driver/discovery/mig_control.h"
 #include "driver/discovery/time_slice_control.h"
+#include "prometheus/registry.h"
 
 namespace dralens::driver::discovery {
 
@@ -36,6 +37,8 @@ struct DeviceSourceOptions {
   std::string node_name = "node";
   // nvml: the library to dlopen.
   std::string nvml_library = "libnvidia-ml.so.1";
+  // nvml: where its metrics (NvmlMetrics) go; nullptr: nowhere. Not owned.
+  prometheus::Registry* registry = nullptr;
 };
 
 // Builds the device source named by `options.kind`. InvalidArgument for an unknown kind;

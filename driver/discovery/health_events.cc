@@ -3,7 +3,15 @@
 namespace dralens::driver::discovery {
 
 absl::string_view ToString(HealthEventKind kind) {
-  return kind == HealthEventKind::kXid ? "xid" : "gpu_lost";
+  switch (kind) {
+    case HealthEventKind::kXid:
+      return "xid";
+    case HealthEventKind::kGpuLost:
+      return "gpu_lost";
+    case HealthEventKind::kUnmonitored:
+      return "unmonitored";
+  }
+  return "xid";
 }
 
 }  // namespace dralens::driver::discovery

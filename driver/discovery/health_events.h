@@ -14,6 +14,9 @@ namespace dralens::driver::discovery {
 enum class HealthEventKind {
   kXid,      // an Xid critical error on a GPU (or one of its MIG devices)
   kGpuLost,  // the GPU fell off the bus / became inaccessible (NVML_ERROR_GPU_IS_LOST)
+  // The GPU's health cannot be followed: its events could not be registered (no Xid support,
+  // or registration failed). Not a fault; the device is tainted `unmonitored`.
+  kUnmonitored,
 };
 absl::string_view ToString(HealthEventKind kind);
 

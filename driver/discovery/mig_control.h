@@ -10,6 +10,14 @@
 
 namespace dralens::driver::discovery {
 
+// Whether a change of MIG mode on `gpu` takes effect at once (Hopper and later), so that
+// dynamic MIG may switch it at prepare time. On Ampere the change stays pending until a GPU
+// reset; an unknown architecture counts as Ampere.
+inline bool MigModeSwitchesWithoutReset(const model::GpuInfo& gpu) {
+  return gpu.architecture == "Hopper" || gpu.architecture == "Blackwell" ||
+         gpu.architecture == "Rubin";
+}
+
 // MIG mode of one GPU as nvmlDeviceGetMigMode reports it.
 struct MigModeState {
   model::MigMode current = model::MigMode::kDisabled;

@@ -129,8 +129,10 @@ void HealthMonitor::SetInventory(const model::Inventory& inventory) {
 
 void HealthMonitor::Apply(const HealthEvent& event) {
   const absl::Time now = clock_.Now();
-  const bool gpu_event = event.kind == HealthEventKind::kGpuLost;
-  const bool critical = gpu_event || IsCritical(event.xid);
+  const bool lost = event.kind == HealthEventKind::kGpuLost;
+  const bool unmonitored = event.kind == HealthEventKind::kUnmonitored;
+  const bool gpu_event = lost || unmonitored;
+  const bool critical = lost || (!unmonitored && IsCritical(event.xid));
   bool changed = false;
   {
     absl::MutexLock lock(&mu_);
@@ -170,7 +172,10 @@ void HealthMonitor::Apply(const HealthEvent& event) {
   const common::LogLevel level = critical ? common::LogLevel::kWarn : common::LogLevel::kInfo;
   if (level >= common::GetLogLevel()) {
     common::Log(
-        level, "health", gpu_event ? "GPU lost" : (critical ? "critical Xid" : "ignored Xid"),
+        level, "health",
+        lost ? "GPU lost"
+             : (unmonitored ? "GPU health unmonitored"
+                            : (critical ? "critical Xid" : "ignored Xid")),
         {{"gpu", event.gpu_uuid.empty() ? "all" : event.gpu_uuid},
          {"xid", event.xid},
          {"gi", event.gi_id == kNoMigInstance ? std::string("-") : absl::StrCat(event.gi_id)},
@@ -218,7 +223,12 @@ bool HealthMonitor::RecomputeLocked(absl::Time now) {
     for (const Fault& fault : faults) {
       model::DeviceTaint taint;
       taint.time_added = fault.time;
-      if (fault.kind == HealthEventKind::kGpuLost) {
+      if (fault.kind == HealthEventKind::kUnmonitored) {
+        // Not a fault of the GPU: its faults would go unseen. Scheduling decides.
+        parts.push_back("health events cannot be monitored");
+        taint.key = kUnmonitoredTaintKey;
+        taint.effect = kTaintEffectNone;
+      } else if (fault.kind == HealthEventKind::kGpuLost) {
         device.state.health = DeviceHealthStatus::kUnhealthy;
         parts.push_back(fault.xid == 0 ? std::string("GPU lost")
                                        : absl::StrCat("GPU lost (Xid ", fault.xid, ")"));
@@ -256,7 +266,7 @@ bool HealthMonitor::RecomputeLocked(absl::Time now) {
   };
 
   for (const model::GpuInfo& gpu : inventory_.gpus()) {
-    if (options_.dynamic_mig || !gpu.mig_enabled()) {
+    if (slices::OffersFullGpu(gpu, options_.dynamic_mig)) {
       add(slices::GpuDeviceName(gpu), gpu.uuid, "");
     }
   }

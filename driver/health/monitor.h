@@ -10,6 +10,9 @@
 //     named in the message and tainted with effect None, as the NVIDIA DRA driver does.
 //   - GPU lost makes the device UNHEALTHY and taints it `gpu.dralens.dev/gpu-lost:NoSchedule`
 //     (no xid taint: the loss is the fault, its Xid 79 is only named in the message).
+//   - Unmonitored (the device source could not register the GPU's health events) leaves the
+//     device HEALTHY, names it in the message and taints it `gpu.dralens.dev/unmonitored` with
+//     effect None, as the NVIDIA DRA driver does. It is GPU-wide.
 //   - Attribution: an event without GI/CI (kNoMigInstance) is GPU-wide and applies to the GPU and
 //     every MIG device on it, including MIG devices created later. An event with a GI applies
 //     only to the MIG devices of that GI (and that CI, when the CI is given), as the device
@@ -56,6 +59,7 @@ namespace dralens::driver::health {
 
 inline constexpr char kXidTaintKey[] = "gpu.dralens.dev/xid";
 inline constexpr char kGpuLostTaintKey[] = "gpu.dralens.dev/gpu-lost";
+inline constexpr char kUnmonitoredTaintKey[] = "gpu.dralens.dev/unmonitored";
 inline constexpr char kTaintEffectNoSchedule[] = "NoSchedule";
 inline constexpr char kTaintEffectNone[] = "None";
 inline constexpr size_t kMaxTaintsPerDevice = 4;
@@ -80,9 +84,10 @@ struct HealthMonitorOptions {
   std::string pool_name;  // the node name
   // Extra Xids treated as application errors (the NVIDIA driver's --additional-xids-to-ignore).
   std::set<uint64_t> additional_ignored_xids;
-  // Mirrors SliceBuilderOptions::dynamic_mig: every GPU is a full-GPU device, existing MIG devices
-  // are not devices. Otherwise a GPU in MIG mode is tracked only through its MIG devices, as
-  // static MIG publishes it. The abstract dynamic-MIG devices are not tracked.
+  // Mirrors SliceBuilderOptions::dynamic_mig: every GPU the slices offer whole
+  // (slices::OffersFullGpu) is a full-GPU device, existing MIG devices are not devices. Otherwise a
+  // GPU in MIG mode is tracked only through its MIG devices, as static MIG publishes it. The
+  // abstract dynamic-MIG devices are not tracked.
   bool dynamic_mig = false;
   // How long one WaitForEvent call blocks; bounds how long Stop() takes.
   absl::Duration event_wait = absl::Seconds(1);

@@ -26,8 +26,8 @@ std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventor
   std::map<std::string, OwnedDevice> out;
   if (dynamic_mig) {
     for (const model::GpuInfo& gpu : inventory.gpus()) {
-      if (!gpu.mig_capable || gpu.memory_slices == 0) {
-        continue;
+      if (!slices::OffersDynamicMig(gpu)) {
+        continue;  // not published: an allocation naming it is refused as a foreign device
       }
       for (const model::MigProfile& profile : gpu.mig_profiles) {
         for (const model::MigPlacement& placement : profile.placements) {

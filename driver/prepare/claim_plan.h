@@ -42,8 +42,8 @@ struct OwnedDevice {
 // Name → device for every GPU and MIG device of an inventory, named exactly as the slice
 // builder publishes them (slices::GpuDeviceName / slices::MigDeviceName). GPUs in MIG mode are
 // listed too; the slice builder does not publish them, so no allocation names them.
-// With `dynamic_mig`, also every profile x placement of the MIG-capable GPUs, named as the
-// slice builder publishes them (slices::DynamicMigDeviceName).
+// With `dynamic_mig`, also every profile x placement of the GPUs that slices::OffersDynamicMig,
+// named as the slice builder publishes them (slices::DynamicMigDeviceName).
 std::map<std::string, OwnedDevice> IndexDevices(const model::Inventory& inventory,
                                                 bool dynamic_mig = false);
 

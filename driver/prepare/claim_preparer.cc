@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "driver/prepare/claim_debug.h"
 #include "driver/prepare/crash_points.h"
 #include "src/common/log.h"
@@ -142,6 +143,7 @@ absl::StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareOne(const Clai
   RETURN_IF_ERROR_CTX(WithReason(ValidateClaimUid(ref.uid), FailureReason::kInvalidRequest),
                       attempt.context);
   common::KeyedMutex::Guard claim_lock(claim_locks_, {ref.uid});
+  RETURN_IF_ERROR_CTX(UndoIfInstanceVanished(ref, telemetry).status(), attempt.context);
   ASSIGN_OR_RETURN(std::optional<std::vector<PreparedDevice>> replayed,
                    ReplayOrRollBack(steps_, attempt));
   if (replayed.has_value()) {
@@ -183,12 +185,39 @@ absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref, ClaimTelemetry& te
     telemetry.AddEvent("not prepared here");
     return absl::OkStatus();  // never prepared here, or already unprepared: nothing to do
   }
+  RETURN_IF_ERROR(UnprepareLocked(ref, *existing, telemetry));
+  MaybeCrashForTest("unprepare-after-checkpoint");
+  deps_.status.Clear(ref);
+  DLOG(kInfo, kComponent, "claim unprepared", {{"claim", Key(ref)}, {"uid", ref.uid}});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ClaimPreparer::UndoIfInstanceVanished(const ClaimRef& ref,
+                                                           ClaimTelemetry& telemetry) {
+  std::optional<CheckpointClaim> existing = deps_.ledger.Find(ref.uid);
+  if (!existing.has_value() || existing->state != ClaimState::kPrepareCompleted) {
+    return false;
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> vanished, deps_.mig.Vanished(existing->devices));
+  if (vanished.empty()) {
+    return false;
+  }
+  DLOG(kWarn, kComponent, "a prepared claim's MIG instance is gone; preparing it again",
+       {{"claim", Key(ref)}, {"uid", ref.uid}, {"devices", absl::StrJoin(vanished, ",")}});
+  telemetry.AddEvent("MIG instance vanished; preparing again");
+  RETURN_IF_ERROR(UnprepareLocked(ref, *existing, telemetry));
+  return true;
+}
+
+absl::Status ClaimPreparer::UnprepareLocked(const ClaimRef& ref, const CheckpointClaim& existing,
+                                            ClaimTelemetry& telemetry) {
+  const std::string context = absl::StrCat("unprepare claim ", Key(ref));
   // The devices' locks: whether this claim is a device's last holder must not change under us.
-  common::KeyedMutex::Guard device_lock(device_locks_, DeviceKeys(existing->devices));
+  common::KeyedMutex::Guard device_lock(device_locks_, DeviceKeys(existing.devices));
   RETURN_IF_ERROR_CTX(
-      deps_.ledger.Transition(ref.uid, telemetry.span(), existing->state, ClaimState::kUnpreparing),
+      deps_.ledger.Transition(ref.uid, telemetry.span(), existing.state, ClaimState::kUnpreparing),
       context);
-  absl::Status undone = UndoDevices(ref, *existing, telemetry);
+  absl::Status undone = UndoDevices(ref, existing, telemetry);
   if (undone.ok()) {
     auto phase = telemetry.Time(Phase::kCheckpoint);
     undone = deps_.ledger.Transition(ref.uid, telemetry.span(), ClaimState::kUnpreparing,
@@ -197,16 +226,13 @@ absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref, ClaimTelemetry& te
   if (!undone.ok()) {
     // The kubelet retries; the claim is what the checkpoint still says.
     absl::Status back = deps_.ledger.Transition(ref.uid, telemetry.span(), ClaimState::kUnpreparing,
-                                                existing->state);
+                                                existing.state);
     if (!back.ok()) {
       DLOG(kError, kComponent, "could not restore the claim's state",
            {{"claim", Key(ref)}, {"error", back.message()}});
     }
     return common::Annotate(undone, context);
   }
-  MaybeCrashForTest("unprepare-after-checkpoint");
-  deps_.status.Clear(ref);
-  DLOG(kInfo, kComponent, "claim unprepared", {{"claim", Key(ref)}, {"uid", ref.uid}});
   return absl::OkStatus();
 }
 
@@ -254,8 +280,45 @@ absl::Status ClaimPreparer::UndoDevices(const ClaimRef& ref, const CheckpointCla
 }
 
 absl::StatusOr<int> ClaimPreparer::ReclaimOrphanMigInstances(const model::Inventory& discovered) {
+  int changed = 0;
+  // A copy: preparing again changes the ledger while we walk the claims.
+  const auto restored = deps_.ledger.Snapshot();
+  for (const auto& [uid, claim] : restored.checkpoint->claims) {
+    if (claim.state != ClaimState::kPrepareCompleted) {
+      continue;
+    }
+    absl::StatusOr<std::vector<std::string>> vanished = deps_.mig.Vanished(claim.devices);
+    if (vanished.ok() && vanished->empty()) {
+      continue;  // nothing gone: the claim stays as restored
+    }
+    const ClaimRef ref{.namespace_name = claim.namespace_name, .uid = uid, .name = claim.name};
+    ClaimTelemetry telemetry(deps_.metrics, deps_.tracer, deps_.clock, decisions_,
+                             Operation::kPrepare, ref, options_.pool_name,
+                             telemetry::SpanContext{});
+    absl::Status again = vanished.status();
+    if (again.ok()) {
+      {
+        common::KeyedMutex::Guard claim_lock(claim_locks_, {uid});
+        again = UndoIfInstanceVanished(ref, telemetry).status();
+      }
+      if (again.ok()) {
+        again = PrepareOne(ref, telemetry).status();
+        ++changed;
+      }
+    }
+    telemetry.Finish(again);
+    if (!again.ok()) {
+      DLOG(kWarn, kComponent, "a prepared claim whose MIG instance is gone was not prepared again",
+           {{"claim", Key(ref)}, {"uid", uid}, {"error", again.message()}});
+    }
+  }
+  absl::StatusOr<model::Inventory> now = deps_.mig.Discover();
+  if (!now.ok()) {
+    return common::Annotate(now.status(), "discover MIG instances to reclaim");
+  }
   std::set<MigInstanceId> owned;
-  for (const auto& [uid, claim] : deps_.ledger.Snapshot().checkpoint->claims) {
+  const auto now_prepared = deps_.ledger.Snapshot();
+  for (const auto& [uid, claim] : now_prepared.checkpoint->claims) {
     if (claim.state != ClaimState::kPrepareCompleted) {
       continue;  // a started claim is rolled back on its retry; its instances are orphans
     }
@@ -265,7 +328,9 @@ absl::StatusOr<int> ClaimPreparer::ReclaimOrphanMigInstances(const model::Invent
       }
     }
   }
-  return deps_.mig.Reclaim(discovered, owned);
+  (void)discovered;
+  ASSIGN_OR_RETURN(int destroyed, deps_.mig.Reclaim(*now, owned));
+  return changed + destroyed;
 }
 
 }  // namespace dralens::driver::prepare

@@ -70,9 +70,15 @@ class ClaimPreparer : public ClaimHandler {
   // Replaces the inventory used to resolve devices of claims prepared from now on.
   void SetInventory(const model::Inventory& inventory);
 
-  // Dynamic MIG, at start: destroys every MIG instance in `discovered` that no prepared claim
-  // owns (left by a crash, or by someone else). Returns how many were destroyed; the first
-  // error is returned after trying them all.
+  // Dynamic MIG, at start. First every prepared claim whose MIG instance is gone (a GPU reset
+  // or driver reload while the node was down) is prepared again, as the kubelet's re-prepare
+  // would: its instance is created again at the placement its allocation names, so the claim
+  // keeps its device and series; a claim that can no longer be prepared (deleted meanwhile) is
+  // dropped from the checkpoint and its kubelet's unprepare succeeds. Then every MIG instance
+  // that no prepared claim owns (left by a crash, or by someone else) is destroyed; `discovered`
+  // is only the starting point, the GPUs are looked at again after the first part.
+  // Returns how many instances were created or destroyed; the first error is returned after
+  // trying them all.
   absl::StatusOr<int> ReclaimOrphanMigInstances(const model::Inventory& discovered);
 
   // For /debug/claims: the claims in the checkpoint (state, devices, CDI ids) and the latest
@@ -86,6 +92,13 @@ class ClaimPreparer : public ClaimHandler {
   absl::StatusOr<std::vector<PreparedDevice>> PrepareOne(const ClaimRef& ref,
                                                          ClaimTelemetry& telemetry);
   absl::Status UnprepareOne(const ClaimRef& ref, ClaimTelemetry& telemetry);
+  // Unprepare of a recorded claim; the caller holds the claim's lock.
+  absl::Status UnprepareLocked(const ClaimRef& ref, const CheckpointClaim& existing,
+                               ClaimTelemetry& telemetry);
+  // A PrepareCompleted claim whose dynamic MIG instance is gone is unprepared, so that the
+  // prepare after it creates the instance again instead of answering for nothing. Returns
+  // whether it was. The caller holds the claim's lock.
+  absl::StatusOr<bool> UndoIfInstanceVanished(const ClaimRef& ref, ClaimTelemetry& telemetry);
   // `failed` as is, after rolling the claim back when it is not OK.
   absl::Status RollBackOnError(PrepareAttempt& attempt, absl::Status failed);
   // The unprepare side effects, in order, for a claim in Unpreparing.

@@ -184,6 +184,15 @@ absl::Status CreateMigInstances(const PrepareDeps& deps, PrepareAttempt& a) {
   bool dynamic = false;
   for (const CheckpointDevice& d : a.entry.devices) {
     dynamic = dynamic || d.dynamic_mig.has_value();
+    if (d.type == model::DeviceType::kGpu) {
+      // A full GPU (and its time slice or MPS) works only outside MIG mode. A mode switch is
+      // counted by the MIG manager; a refusal fails the claim with kMigError.
+      absl::Status whole = deps.mig.EnsureFullGpu(d.uuid, deps.options.dynamic_mig);
+      if (!whole.ok()) {
+        a.telemetry.AddEvent("full GPU refused: in MIG mode");
+        return common::Annotate(whole, a.context);
+      }
+    }
   }
   if (!dynamic) {
     return absl::OkStatus();

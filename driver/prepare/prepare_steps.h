@@ -10,7 +10,8 @@
 //                      one fails the claim before anything is recorded
 //   RecordStarted      PrepareStarted, durable before any side effect, with each device's
 //                      sharing decision taken inside the same checkpoint write
-//   CreateMigInstances dynamic MIG: create the instances, record their ids
+//   CreateMigInstances dynamic MIG: create the instances, record their ids; a full GPU: make
+//                      sure it is out of MIG mode (MigManager::EnsureFullGpu)
 //   ApplySharing       time slice or MPS daemon; the MPS client's edits join the CDI device
 //   WriteCdiSpec       the claim's CDI spec file
 //   RecordCompleted    PrepareCompleted

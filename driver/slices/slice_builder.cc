@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "driver/discovery/mig_control.h"
 #include "src/common/quantity.h"
 #include "src/common/status.h"
 #include "src/model/mig_profile.h"
@@ -228,14 +229,16 @@ absl::StatusOr<SliceDevice> DynamicMigDevice(const GpuInfo& gpu, const MigProfil
   return device;
 }
 
-// Every device of a partitionable GPU, full GPU first, then profiles in index order with
-// their placements by start.
+// Every device of a partitionable GPU, full GPU first (where it can be prepared), then
+// profiles in index order with their placements by start.
 absl::StatusOr<std::vector<SliceDevice>> PartitionableDevices(const GpuInfo& gpu,
                                                               const model::CounterSet& counters,
                                                               const model::Inventory& inventory) {
   std::vector<SliceDevice> devices;
-  ASSIGN_OR_RETURN(SliceDevice full, PartitionableFullGpu(gpu, counters, inventory));
-  devices.push_back(std::move(full));
+  if (OffersFullGpu(gpu, /*dynamic_mig=*/true)) {
+    ASSIGN_OR_RETURN(SliceDevice full, PartitionableFullGpu(gpu, counters, inventory));
+    devices.push_back(std::move(full));
+  }
   std::vector<const MigProfile*> profiles;
   for (const MigProfile& profile : gpu.mig_profiles) {
     profiles.push_back(&profile);
@@ -308,7 +311,7 @@ absl::StatusOr<std::vector<model::ResourceSlice>> SliceBuilder::Build(
   };
 
   for (const GpuInfo& gpu : inventory.gpus()) {
-    if (options_.dynamic_mig && IsPartitionable(gpu)) {
+    if (options_.dynamic_mig && OffersDynamicMig(gpu)) {
       model::CounterSet counters = GpuCounterSet(gpu);
       ASSIGN_OR_RETURN(std::vector<SliceDevice> devices,
                        PartitionableDevices(gpu, counters, inventory));
@@ -334,7 +337,7 @@ absl::StatusOr<std::vector<model::ResourceSlice>> SliceBuilder::Build(
       }
       continue;
     }
-    if (!gpu.mig_enabled()) {
+    if (OffersFullGpu(gpu, options_.dynamic_mig)) {
       ASSIGN_OR_RETURN(SliceDevice device, FullGpuDevice(gpu, inventory));
       if (options_.consumable_capacity && device.capacity.count("memory") > 0) {
         const Quantity gib = Quantity::FromInt64(int64_t{1} << 30, Quantity::Format::kBinarySI);
@@ -382,6 +385,17 @@ absl::StatusOr<std::vector<model::ResourceSlice>> SliceBuilder::Build(
     slices.push_back(std::move(slice));
   }
   return slices;
+}
+
+bool OffersDynamicMig(const GpuInfo& gpu) {
+  return IsPartitionable(gpu) && (gpu.mig_enabled() || discovery::MigModeSwitchesWithoutReset(gpu));
+}
+
+bool OffersFullGpu(const GpuInfo& gpu, bool dynamic_mig) {
+  if (!gpu.mig_enabled()) {
+    return true;
+  }
+  return dynamic_mig && IsPartitionable(gpu) && discovery::MigModeSwitchesWithoutReset(gpu);
 }
 
 std::string GpuDeviceName(const GpuInfo& gpu) { return absl::StrCat("gpu-", gpu.minor); }

@@ -18,10 +18,12 @@
 // compute instance does not span its GPU instance gets the suffix "-ci<ciId>" so that several
 // CIs of one GI keep distinct names.
 //
-// Dynamic MIG (options.dynamic_mig): every MIG-capable GPU gets a counter set
+// Dynamic MIG (options.dynamic_mig): every GPU that OffersDynamicMig gets a counter set
 // "gpu-<minor>-counter-set" (multiprocessors, copy-engines, decoders, encoders, jpeg-engines,
 // ofa-engines, memory, memory-slice-<i>); the full GPU consumes all of it and every valid
 // profile x placement is published as an abstract `mig` device (no uuid) consuming its share.
+// An Ampere GPU with MIG mode off is published as a full GPU only, one in MIG mode as its
+// placements only (see OffersDynamicMig / OffersFullGpu).
 // Existing MIG devices are not published in this mode: they are created on prepare. Layout:
 // api_minor < 35 puts each GPU's counter set and devices in one slice; 35+ publishes one
 // counters-only slice plus one devices slice per GPU (counter-set names are pool-wide there).
@@ -113,6 +115,16 @@ class SliceBuilder {
   SliceTarget target_;
   SliceBuilderOptions options_;
 };
+
+// Dynamic MIG publishes only what prepare can deliver (Ampere cannot switch MIG mode without a
+// GPU reset; Hopper and later switch it at prepare time):
+// Whether the GPU's profile x placement devices are published under dynamic MIG: a
+// MIG-capable GPU that is in MIG mode already, or whose MIG mode switches without a reset.
+bool OffersDynamicMig(const model::GpuInfo& gpu);
+// Whether the full GPU is published: a GPU outside MIG mode; under dynamic MIG also a GPU in
+// MIG mode whose mode prepare may switch off again (its counter set keeps the full GPU and the
+// placements exclusive). An Ampere GPU in MIG mode is never offered whole.
+bool OffersFullGpu(const model::GpuInfo& gpu, bool dynamic_mig);
 
 // "gpu-<minor>".
 std::string GpuDeviceName(const model::GpuInfo& gpu);

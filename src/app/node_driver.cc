@@ -36,8 +36,14 @@ NodeDriver::~NodeDriver() { Stop(); }
 absl::Status NodeDriver::StartAll() {
   const std::string& node = options_.node_name;
 
+  registry_ = options_.registry;
+  if (registry_ == nullptr) {
+    own_registry_ = std::make_shared<prometheus::Registry>();
+    registry_ = own_registry_.get();
+  }
   driver::discovery::DeviceSourceOptions source_options = options_.device_source;
   source_options.node_name = node;
+  source_options.registry = registry_;
   ASSIGN_OR_RETURN(source_, driver::discovery::MakeDeviceSource(source_options));
   absl::StatusOr<model::Inventory> inventory = source_->Discover();
   RETURN_IF_ERROR_CTX(inventory.status(),
@@ -48,11 +54,6 @@ absl::Status NodeDriver::StartAll() {
         {"gpus", inventory->gpus().size()},
         {"mig_devices", inventory->mig_devices().size()}});
 
-  registry_ = options_.registry;
-  if (registry_ == nullptr) {
-    own_registry_ = std::make_shared<prometheus::Registry>();
-    registry_ = own_registry_.get();
-  }
   exemplars_ = options_.exemplars;
   if (exemplars_ == nullptr) {
     own_exemplars_ = std::make_unique<telemetry::ExemplarStore>(clock_);

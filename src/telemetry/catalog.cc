@@ -96,18 +96,36 @@ std::vector<MetricSpec> BuildCatalog() {
        "it has and the profile's placement rules. Only GPUs in MIG mode have series.",
        S::kBeta},
 
+      // What NVML would not let the node see or watch.
+      {"dralens_discovery_denied",
+       K::kGauge,
+       {"what"},
+       "node",
+       "GPUs, MIG profiles and MIG devices the latest discovery left out because NVML answered "
+       "NVML_ERROR_NO_PERMISSION (what gpu: GPUs; mig_profiles: GPUs whose MIG profiles were not "
+       "readable; mig_device: MIG devices).",
+       S::kBeta},
+      {"dralens_health_unmonitored_gpus",
+       K::kGauge,
+       {},
+       "node",
+       "GPUs whose health events could not be registered; with --device-taints they carry the "
+       "unmonitored taint.",
+       S::kBeta},
+
       {"dralens_mig_operations_total",
        K::kCounter,
        {"operation", "result"},
        "node",
-       "Dynamic MIG instances created and destroyed (operation create, destroy; result ok, "
-       "error).",
+       "Dynamic MIG instances created and destroyed, and MIG mode switched on and off (operation "
+       "create, destroy, enable, disable; result ok, error).",
        S::kBeta},
       {"dralens_mig_operation_duration_seconds",
        K::kHistogram,
        {"operation"},
        "node",
-       "Time to create or destroy one dynamic MIG instance (GPU and compute instance).",
+       "Time to create or destroy one dynamic MIG instance (GPU and compute instance), or to "
+       "switch MIG mode.",
        S::kBeta},
 
       // GPU sharing.

@@ -1,14 +1,18 @@
 // NvmlDeviceSource: the GPUs of a real node, through libnvidia-ml loaded at run time.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "driver/discovery/device_source.h"
 #include "driver/discovery/nvml/nvml_library.h"
+#include "driver/discovery/nvml/nvml_metrics.h"
+#include "prometheus/registry.h"
 #include "src/model/inventory.h"
 
 namespace dralens::driver::discovery {
@@ -18,6 +22,8 @@ struct NvmlOptions {
   std::string library_path = "libnvidia-ml.so.1";
   // Root of sysfs, for the NUMA node and PCIe root of each GPU (/sys/bus/pci/devices/<bdf>).
   std::string sysfs_root = "/sys";
+  // Where NvmlMetrics go; nullptr: nowhere.
+  prometheus::Registry* registry = nullptr;
   // nvidia-smi, for time-slicing (NVML has no public non-vGPU time-slice call, reference §7.5).
   std::string nvidia_smi_path = "nvidia-smi";
 };
@@ -34,6 +40,17 @@ std::string CudaDriverVersionString(int version);
 // calls a function that changes a GPU setting. NVML stays initialised (one nvmlInitWithFlags)
 // for the lifetime of the object. MIG create/destroy, MIG mode and time-slicing change the GPU
 // and are meant for the MIG manager and sharing code only.
+//
+// What NVML refuses with NVML_ERROR_NO_PERMISSION (a GPU outside the container's device
+// cgroup; GetGpuInstanceProfileInfo, GetGpuInstanceById or GetComputeInstanceById without the
+// MIG capability) is left out of the inventory, logged and counted (NvmlMetrics); the rest is
+// returned. A lost GPU is left out as well.
+//
+// Health events: the event set registers, per GPU, the Xid, GPU-unavailable and recovery-action
+// events it supports. It is freed and built again after nvmlEventSetWait answers
+// NVML_ERROR_UNKNOWN (the set is undefined then), after a lost GPU, a MIG mode change or a
+// recovery-action event. A GPU that supports none of them, or whose registration fails, is
+// reported once per set as a kUnmonitored event and counted.
 //
 // Thread-safe: NVML is thread-safe; MIG changes are serialised by a mutex; one thread at a time
 // should call WaitForEvent.
@@ -63,11 +80,17 @@ class NvmlDeviceSource : public DeviceSource {
   NvmlDeviceSource(NvmlOptions options, std::unique_ptr<nvml::NvmlLibrary> library);
 
   const nvml::NvmlApi& api() const { return library_->api(); }
-  absl::StatusOr<model::GpuInfo> ReadGpu(nvml::nvmlDevice_t device, unsigned int index);
+  absl::StatusOr<model::GpuInfo> ReadGpu(nvml::nvmlDevice_t device, unsigned int index,
+                                         DeniedCounts& denied);
   absl::StatusOr<std::vector<model::MigProfile>> ReadMigProfiles(nvml::nvmlDevice_t device,
-                                                                 const model::GpuInfo& gpu);
+                                                                 const model::GpuInfo& gpu,
+                                                                 DeniedCounts& denied);
   absl::StatusOr<std::vector<model::MigDevice>> ReadMigDevices(nvml::nvmlDevice_t device,
-                                                               const model::GpuInfo& gpu);
+                                                               const model::GpuInfo& gpu,
+                                                               DeniedCounts& denied);
+  // The number of SM slices of a GPU instance's compute-instance profile with ID
+  // `ci_profile_id` (IDs are mapped through the profile infos, never used as indices).
+  std::optional<uint32_t> CiSlicesOf(nvml::nvmlGpuInstance_t gi, uint32_t ci_profile_id);
   absl::StatusOr<model::MigDevice> ReadMigDevice(nvml::nvmlDevice_t parent, nvml::nvmlDevice_t mig,
                                                  const model::GpuInfo& gpu);
   absl::StatusOr<nvml::nvmlDevice_t> HandleByUuid(absl::string_view uuid);
@@ -76,13 +99,22 @@ class NvmlDeviceSource : public DeviceSource {
                              uint32_t gi_id, uint32_t ci_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RunNvidiaSmi(const std::vector<std::string>& args);
   absl::StatusOr<nvml::nvmlEventSet_t> EventSet();
+  // Frees the event set; the next WaitForEvent builds a new one.
+  void DropEventSet(absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_);
+  // What the event set's data means as a health event; nullopt for none.
+  std::optional<HealthEvent> Translate(const nvml::nvmlEventData_t& data);
 
   const NvmlOptions options_;
   std::unique_ptr<nvml::NvmlLibrary> library_;
   bool initialized_ = false;
+  NvmlMetrics metrics_;
 
   absl::Mutex mu_;  // serialises MIG changes and the lazy event-set setup
   nvml::nvmlEventSet_t event_set_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // A MIG mode change or a recovery action asked for a new event set.
+  bool event_set_stale_ ABSL_GUARDED_BY(mu_) = false;
+  // kUnmonitored events of the current set, not yet returned by WaitForEvent.
+  std::deque<HealthEvent> pending_events_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dralens::driver::discovery

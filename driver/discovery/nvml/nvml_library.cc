@@ -10,8 +10,11 @@
 namespace dralens::driver::discovery::nvml {
 namespace {
 
-// One entry of the symbol table: the preferred (versioned) name, the legacy fallback, and
-// where the address goes.
+// One entry of the symbol table: the name, a fallback with the same semantics (none today), and
+// where the address goes. The legacy unversioned entry points (nvmlEventSetWait,
+// nvmlDeviceGetPciInfo_v2, nvmlDeviceGetGpuInstancePossiblePlacements, ...) take other structs or
+// mean other things, so they are never used in place of the versioned ones: a library without
+// those is refused, naming the driver branch that has them (docs/hardware.md).
 struct Symbol {
   const char* name;
   const char* fallback;  // nullptr: none
@@ -31,9 +34,8 @@ std::vector<Symbol> SymbolTable(NvmlApi& a) {
       {"nvmlShutdown", nullptr, Slot(&a.Shutdown), false},
       {"nvmlSystemGetDriverVersion", nullptr, Slot(&a.SystemGetDriverVersion), false},
       {"nvmlSystemGetCudaDriverVersion", nullptr, Slot(&a.SystemGetCudaDriverVersion), false},
-      {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount", Slot(&a.DeviceGetCount), false},
-      {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex",
-       Slot(&a.DeviceGetHandleByIndex), false},
+      {"nvmlDeviceGetCount_v2", nullptr, Slot(&a.DeviceGetCount), false},
+      {"nvmlDeviceGetHandleByIndex_v2", nullptr, Slot(&a.DeviceGetHandleByIndex), false},
       {"nvmlDeviceGetHandleByUUID", nullptr, Slot(&a.DeviceGetHandleByUUID), false},
       {"nvmlDeviceGetMinorNumber", nullptr, Slot(&a.DeviceGetMinorNumber), false},
       {"nvmlDeviceGetIndex", nullptr, Slot(&a.DeviceGetIndex), false},
@@ -44,14 +46,13 @@ std::vector<Symbol> SymbolTable(NvmlApi& a) {
       {"nvmlDeviceGetCudaComputeCapability", nullptr, Slot(&a.DeviceGetCudaComputeCapability),
        false},
       {"nvmlDeviceGetMemoryInfo", nullptr, Slot(&a.DeviceGetMemoryInfo), false},
-      {"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2", Slot(&a.DeviceGetPciInfo), false},
+      {"nvmlDeviceGetPciInfo_v3", nullptr, Slot(&a.DeviceGetPciInfo), false},
       {"nvmlDeviceGetNumaNodeId", nullptr, Slot(&a.DeviceGetNumaNodeId), true},
       {"nvmlDeviceGetMigMode", nullptr, Slot(&a.DeviceGetMigMode), false},
       {"nvmlDeviceSetMigMode", nullptr, Slot(&a.DeviceSetMigMode), false},
       {"nvmlDeviceGetGpuInstanceProfileInfo", nullptr, Slot(&a.DeviceGetGpuInstanceProfileInfo),
        false},
-      {"nvmlDeviceGetGpuInstancePossiblePlacements_v2",
-       "nvmlDeviceGetGpuInstancePossiblePlacements",
+      {"nvmlDeviceGetGpuInstancePossiblePlacements_v2", nullptr,
        Slot(&a.DeviceGetGpuInstancePossiblePlacements), false},
       {"nvmlDeviceCreateGpuInstanceWithPlacement", nullptr,
        Slot(&a.DeviceCreateGpuInstanceWithPlacement), false},
@@ -65,8 +66,7 @@ std::vector<Symbol> SymbolTable(NvmlApi& a) {
       {"nvmlComputeInstanceDestroy", nullptr, Slot(&a.ComputeInstanceDestroy), false},
       {"nvmlGpuInstanceGetComputeInstanceById", nullptr, Slot(&a.GpuInstanceGetComputeInstanceById),
        false},
-      {"nvmlComputeInstanceGetInfo_v2", "nvmlComputeInstanceGetInfo",
-       Slot(&a.ComputeInstanceGetInfo), false},
+      {"nvmlComputeInstanceGetInfo_v2", nullptr, Slot(&a.ComputeInstanceGetInfo), false},
       {"nvmlDeviceGetGpuInstanceId", nullptr, Slot(&a.DeviceGetGpuInstanceId), false},
       {"nvmlDeviceGetComputeInstanceId", nullptr, Slot(&a.DeviceGetComputeInstanceId), false},
       {"nvmlDeviceGetMaxMigDeviceCount", nullptr, Slot(&a.DeviceGetMaxMigDeviceCount), false},
@@ -77,7 +77,7 @@ std::vector<Symbol> SymbolTable(NvmlApi& a) {
       {"nvmlEventSetCreate", nullptr, Slot(&a.EventSetCreate), false},
       {"nvmlDeviceGetSupportedEventTypes", nullptr, Slot(&a.DeviceGetSupportedEventTypes), false},
       {"nvmlDeviceRegisterEvents", nullptr, Slot(&a.DeviceRegisterEvents), false},
-      {"nvmlEventSetWait_v2", "nvmlEventSetWait", Slot(&a.EventSetWait), false},
+      {"nvmlEventSetWait_v2", nullptr, Slot(&a.EventSetWait), false},
       {"nvmlEventSetFree", nullptr, Slot(&a.EventSetFree), false},
   };
 }
@@ -102,7 +102,8 @@ absl::StatusOr<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Load(absl::string_view
     if (address == nullptr && !symbol.optional) {
       return absl::FailedPreconditionError(absl::StrCat(
           "NVML library ", file, ": missing symbol ", symbol.name,
-          symbol.fallback != nullptr ? absl::StrCat(" (or ", symbol.fallback, ")") : ""));
+          symbol.fallback != nullptr ? absl::StrCat(" (or ", symbol.fallback, ")") : "",
+          "; dralens needs NVIDIA driver ", kMinimumDriver, " or later"));
     }
     symbol.slot(address);
   }

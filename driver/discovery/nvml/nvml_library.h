@@ -1,6 +1,8 @@
 // NvmlLibrary: libnvidia-ml loaded with dlopen and the functions dralens calls, resolved with
-// dlsym. Versioned exports are preferred (nvmlInit_v2, nvmlDeviceGetPciInfo_v3, ...) with the
-// legacy unversioned name as fallback, as go-nvml does (reference §0, §3.5).
+// dlsym. The versioned exports (nvmlDeviceGetCount_v2, nvmlDeviceGetPciInfo_v3,
+// nvmlEventSetWait_v2, nvmlDeviceGetGpuInstancePossiblePlacements_v2, ...) are required: their
+// legacy predecessors take other structs or mean other things. A library without them is
+// refused with an error that names the minimum driver (docs/hardware.md).
 #pragma once
 
 #include <memory>
@@ -12,6 +14,9 @@
 #include "driver/discovery/nvml/nvml_types.h"
 
 namespace dralens::driver::discovery::nvml {
+
+// The oldest NVIDIA driver branch whose libnvidia-ml exports every required symbol.
+inline constexpr char kMinimumDriver[] = "R470";
 
 // Function table. Every member is non-null after Load() except those marked optional.
 struct NvmlApi {

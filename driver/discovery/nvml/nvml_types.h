@@ -73,6 +73,10 @@ inline constexpr unsigned int NVML_COMPUTEMODE_DEFAULT = 0;
 inline constexpr unsigned long long nvmlEventTypeSingleBitEccError = 0x1ULL;
 inline constexpr unsigned long long nvmlEventTypeDoubleBitEccError = 0x2ULL;
 inline constexpr unsigned long long nvmlEventTypeXidCriticalError = 0x8ULL;
+inline constexpr unsigned long long nvmlEventMigConfigChange = 0x100ULL;
+// 12.9 and 13.x headers only; older drivers do not list them as supported.
+inline constexpr unsigned long long nvmlEventTypeGpuUnavailableError = 0x4000ULL;
+inline constexpr unsigned long long nvmlEventTypeGpuRecoveryAction = 0x8000ULL;
 inline constexpr unsigned int kNvmlNoInstanceId = 0xFFFFFFFFu;
 
 // nvmlMemory_t (v1).

@@ -338,6 +338,11 @@ absl::Status SimulatedDeviceSource::SetTimeSlice(absl::string_view gpu_uuid, Tim
         absl::StrCat("time-slice interval ", value, " is out of range 0..3"));
   }
   ASSIGN_OR_RETURN(Gpu * gpu, FindGpu(gpu_uuid));
+  if (gpu->current == model::MigMode::kEnabled) {
+    // The compute mode of a GPU in MIG mode is set per MIG device handle, not on the parent.
+    return NvmlStatus(nvml::NVML_ERROR_NOT_SUPPORTED,
+                      absl::StrCat("set time slice on ", gpu_uuid, ": the GPU is in MIG mode"));
+  }
   gpu->time_slice = interval;
   return absl::OkStatus();
 }
@@ -387,6 +392,20 @@ absl::Status SimulatedDeviceSource::InjectGpuLost(absl::string_view gpu_uuid) {
     }
   }
   return absl::NotFoundError(absl::StrCat("inject GPU lost: unknown GPU ", gpu_uuid));
+}
+
+absl::Status SimulatedDeviceSource::InjectGpuReset(absl::string_view gpu_uuid) {
+  absl::MutexLock lock(&mu_);
+  for (Gpu& gpu : gpus_) {
+    if (gpu.info.uuid == gpu_uuid) {
+      gpu.gis.clear();
+      gpu.current = gpu.pending;
+      gpu.time_slice = TimeSlice::kDefault;
+      gpu.lost = false;
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("inject GPU reset: unknown GPU ", gpu_uuid));
 }
 
 std::optional<TimeSlice> SimulatedDeviceSource::TimeSliceForTest(absl::string_view gpu_uuid) {

@@ -74,6 +74,10 @@ class SimulatedDeviceSource : public DeviceSource {
   // Marks the GPU lost: it disappears from Discover, every operation on it fails with
   // NVML_ERROR_GPU_IS_LOST, and a kGpuLost event (Xid 79) is queued.
   absl::Status InjectGpuLost(absl::string_view gpu_uuid);
+  // Resets the GPU (nvidia-smi -r, a driver reload, or what a crash recovery does): every MIG
+  // instance on it is gone, a pending MIG mode takes effect (how Ampere switches), the time
+  // slice is back to its default and a lost GPU is back. NotFound for an unknown GPU.
+  absl::Status InjectGpuReset(absl::string_view gpu_uuid);
 
   // Test accessors.
   std::optional<TimeSlice> TimeSliceForTest(absl::string_view gpu_uuid);

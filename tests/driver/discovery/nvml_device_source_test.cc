@@ -14,6 +14,7 @@
 #include "driver/discovery/nvml/nvml_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/driver/discovery/fake_nvml_control.h"
 
 namespace dralens::driver::discovery {
 namespace {
@@ -21,84 +22,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-// Control entry points of the fake library.
-class FakeNvml {
- public:
-  FakeNvml() : handle_(dlopen(FAKE_NVML_PATH, RTLD_NOW | RTLD_LOCAL)) {
-    EXPECT_NE(handle_, nullptr) << dlerror();
-  }
-  ~FakeNvml() {
-    if (handle_ != nullptr) {
-      dlclose(handle_);
-    }
-  }
-  void Reset() { Fn<void (*)()>("fakeNvmlReset")(); }
-  int InitCount() { return Fn<int (*)()>("fakeNvmlInitCount")(); }
-  int MutationCount() { return Fn<int (*)()>("fakeNvmlMutationCount")(); }
-  void PushXid(unsigned gpu, unsigned long long xid, unsigned gi, unsigned ci) {
-    Fn<void (*)(unsigned, unsigned long long, unsigned, unsigned)>("fakeNvmlPushXid")(gpu, xid, gi,
-                                                                                      ci);
-  }
-  void SetGpuLost(unsigned gpu, bool lost) {
-    Fn<void (*)(unsigned, int)>("fakeNvmlSetGpuLost")(gpu, lost ? 1 : 0);
-  }
-  void SetMigSupported(unsigned gpu, bool supported) {
-    Fn<void (*)(unsigned, int)>("fakeNvmlSetMigSupported")(gpu, supported ? 1 : 0);
-  }
-
- private:
-  template <typename F>
-  F Fn(const char* name) {
-    void* address = dlsym(handle_, name);
-    EXPECT_NE(address, nullptr) << name;
-    return reinterpret_cast<F>(address);
-  }
-  void* handle_;
-};
-
-constexpr char kH100[] = "GPU-11111111-2222-3333-4444-555555555555";
-constexpr char kA100[] = "GPU-66666666-7777-8888-9999-000000000000";
-
-class NvmlDeviceSourceTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    fake_.Reset();
-    root_ = std::filesystem::path(::testing::TempDir()) /
-            ("nvml_sysfs_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(root_);
-    AddPciDevice("pci0000:10/0000:10:01.0/0000:1b:00.0", "1");
-    AddPciDevice("pci0000:40/0000:40:01.0/0000:43:00.0", "-1");
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
-  // Creates <root>/devices/<path> with numa_node and the bus/pci/devices symlink to it.
-  void AddPciDevice(const std::string& path, const std::string& numa) {
-    const std::filesystem::path dir = root_ / "devices" / path;
-    std::filesystem::create_directories(dir);
-    std::ofstream(dir / "numa_node") << numa << "\n";
-    const std::filesystem::path links = root_ / "bus" / "pci" / "devices";
-    std::filesystem::create_directories(links);
-    std::filesystem::create_directory_symlink(std::filesystem::path("../../../devices") / path,
-                                              links / dir.filename());
-  }
-
-  NvmlOptions Options() {
-    NvmlOptions options;
-    options.library_path = FAKE_NVML_PATH;
-    options.sysfs_root = root_.string();
-    return options;
-  }
-
-  std::unique_ptr<NvmlDeviceSource> Make() {
-    auto source = NvmlDeviceSource::Create(Options());
-    EXPECT_TRUE(source.ok()) << source.status();
-    return source.ok() ? std::move(*source) : nullptr;
-  }
-
-  FakeNvml fake_;
-  std::filesystem::path root_;
-};
+using testing::FakeNvml;
+using testing::kA100;
+using testing::kH100;
+using NvmlDeviceSourceTest = testing::NvmlFixture;
 
 TEST_F(NvmlDeviceSourceTest, DiscoversTheScriptedMachineReadOnly) {
   auto source = Make();
@@ -139,7 +66,7 @@ TEST_F(NvmlDeviceSourceTest, DiscoversTheScriptedMachineReadOnly) {
   EXPECT_EQ(h100.memory_bytes, 81559ULL << 20);
   EXPECT_EQ(h100.pci_bus_id, "0000:1b:00.0");
   EXPECT_EQ(h100.pcie_root, "pci0000:10");
-  EXPECT_EQ(h100.numa_node, 1);
+  EXPECT_EQ(h100.numa_node, 1);  // sysfs, not nvmlDeviceGetNumaNodeId's CPU-less node 7
   EXPECT_EQ(h100.driver_version, "550.163.01");
   EXPECT_EQ(h100.cuda_driver_version, "12.4");
   EXPECT_TRUE(h100.mig_enabled());
@@ -258,11 +185,14 @@ TEST_F(NvmlDeviceSourceTest, CreateAndDestroyMigDevices) {
 
   EXPECT_EQ(*source->GetMigMode(kA100),
             (MigModeState{model::MigMode::kDisabled, model::MigMode::kDisabled}));
+  // Ampere: the change waits for a GPU reset.
   ASSERT_TRUE(source->SetMigMode(kA100, true).ok());
   EXPECT_EQ(*source->GetMigMode(kA100),
-            (MigModeState{model::MigMode::kEnabled, model::MigMode::kEnabled}));
-  EXPECT_TRUE(source->CreateMigDevice(kA100, "7g.40gb", 0).ok());
-  const absl::Status busy = source->SetMigMode(kA100, false);
+            (MigModeState{model::MigMode::kDisabled, model::MigMode::kEnabled}));
+  EXPECT_EQ(source->CreateMigDevice(kA100, "7g.40gb", 0).status().code(),
+            absl::StatusCode::kUnimplemented);
+  // Hopper: at once; disabling with instances left is refused.
+  const absl::Status busy = source->SetMigMode(kH100, false);
   EXPECT_THAT(busy.message(), HasSubstr("NVML_ERROR_IN_USE"));
 }
 

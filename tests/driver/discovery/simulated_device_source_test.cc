@@ -236,6 +236,48 @@ TEST(SimulatedDeviceSource, MigModeToggle) {
   EXPECT_EQ(a100->GetMigMode("GPU-nope").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(SimulatedDeviceSource, AGpuResetTakesTheInstancesAndAppliesThePendingMode) {
+  // Hopper: the instances go, MIG mode stays as it was applied.
+  auto h100 = Make("dgx-h100");
+  const std::string gpu = MustDiscover(*h100).gpus()[0].uuid;
+  ASSERT_TRUE(h100->SetMigMode(gpu, true).ok());
+  auto created = h100->CreateMigDevice(gpu, "3g.40gb", 0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(h100->SetTimeSlice(MustDiscover(*h100).gpus()[1].uuid, TimeSlice::kLong).ok());
+  ASSERT_TRUE(h100->InjectGpuReset(gpu).ok());
+  EXPECT_TRUE(MustDiscover(*h100).mig_devices().empty());
+  EXPECT_TRUE(MustDiscover(*h100).FindGpuByUuid(gpu)->mig_enabled());
+  // Destroying the vanished instance answers as NVML does: not found.
+  EXPECT_EQ(h100->DestroyMigInstance(gpu, created->gi_id, created->ci_id).code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_TRUE(h100->SetMigMode(gpu, false).ok());
+  // MIG mode off: NOT_SUPPORTED.
+  EXPECT_EQ(h100->DestroyMigInstance(gpu, created->gi_id, created->ci_id).code(),
+            absl::StatusCode::kUnimplemented);
+
+  // Ampere: the pending mode takes effect at the reset, and only then.
+  auto a100 = Make("a100-40gb");
+  const std::string amp = MustDiscover(*a100).gpus()[0].uuid;
+  ASSERT_TRUE(a100->SetMigMode(amp, true).ok());
+  EXPECT_EQ(a100->CreateMigDevice(amp, "1g.5gb", 0).status().code(),
+            absl::StatusCode::kUnimplemented);
+  ASSERT_TRUE(a100->InjectGpuReset(amp).ok());
+  EXPECT_TRUE(MustDiscover(*a100).FindGpuByUuid(amp)->mig_enabled());
+  EXPECT_TRUE(a100->CreateMigDevice(amp, "1g.5gb", 0).ok());
+  EXPECT_EQ(a100->InjectGpuReset("GPU-nope").code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SimulatedDeviceSource, TimeSliceNeedsMigModeOff) {
+  auto source = Make("dgx-h100");
+  const std::string gpu = MustDiscover(*source).gpus()[2].uuid;
+  ASSERT_TRUE(source->SetMigMode(gpu, true).ok());
+  const absl::Status refused = source->SetTimeSlice(gpu, TimeSlice::kShort);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(refused.message(), HasSubstr("MIG mode"));
+  ASSERT_TRUE(source->SetMigMode(gpu, false).ok());
+  EXPECT_TRUE(source->SetTimeSlice(gpu, TimeSlice::kShort).ok());
+}
+
 TEST(SimulatedDeviceSource, TimeSlice) {
   auto source = Make("dgx-h100");
   const std::string gpu = MustDiscover(*source).gpus()[3].uuid;

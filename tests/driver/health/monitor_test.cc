@@ -141,6 +141,18 @@ TEST_F(HealthMonitorTest, IgnoredXidIsRecordedButStaysHealthyWithEffectNone) {
               ElementsAre(Taint("gpu.dralens.dev/xid", "13", "None", clock_.Now())));
 }
 
+TEST_F(HealthMonitorTest, AnUnmonitoredGpuStaysHealthyAndIsTaintedUnmonitored) {
+  HealthMonitor& monitor = Monitor();
+  monitor.Apply(HealthEvent{gpu1_, HealthEventKind::kUnmonitored, 0, discovery::kNoMigInstance,
+                            discovery::kNoMigInstance});
+  auto states = States();
+  EXPECT_EQ(states["gpu-1"].health, kHealthy);
+  EXPECT_THAT(states["gpu-1"].message, HasSubstr("cannot be monitored"));
+  EXPECT_THAT(monitor.Taints()["gpu-1"],
+              ElementsAre(Taint("gpu.dralens.dev/unmonitored", "", "None", clock_.Now())));
+  EXPECT_EQ(monitor.Taints().count("gpu-0"), 0u);
+}
+
 TEST_F(HealthMonitorTest, AdditionalIgnoredXidsAreNotCritical) {
   options_.additional_ignored_xids = {48};
   Monitor().Apply(Xid(gpu1_, 48));

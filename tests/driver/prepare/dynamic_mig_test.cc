@@ -136,7 +136,9 @@ TEST_F(DynamicMigTest, MigLayoutMetricsFollowTheInstances) {
   EXPECT_EQ(Gauge("dralens_mig_devices", {{"parent", "gpu-0"}, {"profile", "1g.10gb"}}),
             std::nullopt);
   EXPECT_EQ(Gauge("dralens_device_state", {{"device", device}}), std::nullopt);
-  EXPECT_EQ(Gauge("dralens_mig_placeable", {{"parent", "gpu-0"}, {"profile", "1g.10gb"}}), 7);
+  // The last instance gone, the H100 left MIG mode again: nothing placeable to show.
+  EXPECT_EQ(Gauge("dralens_mig_placeable", {{"parent", "gpu-0"}, {"profile", "1g.10gb"}}),
+            std::nullopt);
 }
 
 TEST_F(DynamicMigTest, DisjointPlacementsCoexistAndAFailedCreateLeavesNothing) {
