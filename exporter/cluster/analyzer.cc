@@ -46,6 +46,42 @@ std::string StringAttribute(const model::SliceDevice& device, absl::string_view 
   return *a->AsString();
 }
 
+// Counters and capacities that count a GPU's MIG memory slices: the unit MIG placement is made
+// of (a GPU has 8, or 4 on an A30; every instance owns whole slices and no two share one).
+bool IsMemorySlice(absl::string_view name) {
+  return absl::StartsWith(name, "memory-slice") || absl::StartsWith(name, "memorySlice");
+}
+
+// The share of `capacity` that `used` takes, by the rule of docs/cluster.md: memory slices
+// when the set counts them, else memory, else the scarcest counter.
+double ShareOf(const std::map<std::string, double>& capacity,
+               const std::map<std::string, double>& used) {
+  auto ratio = [](double u, double c) { return c > kEpsilon ? std::clamp(u / c, 0.0, 1.0) : 0.0; };
+  double slices = 0, slices_used = 0;
+  for (const auto& [name, value] : capacity) {
+    if (IsMemorySlice(name)) {
+      slices += value;
+      if (auto u = used.find(name); u != used.end()) {
+        slices_used += u->second;
+      }
+    }
+  }
+  if (slices > kEpsilon) {
+    return ratio(slices_used, slices);
+  }
+  if (auto m = capacity.find("memory"); m != capacity.end()) {
+    auto u = used.find("memory");
+    return ratio(u == used.end() ? 0 : u->second, m->second);
+  }
+  double share = 0;
+  for (const auto& [name, value] : capacity) {
+    if (auto u = used.find(name); u != used.end()) {
+      share = std::max(share, ratio(u->second, value));
+    }
+  }
+  return share;
+}
+
 bool Blocking(const model::DeviceTaint& taint) {
   return taint.effect == "NoSchedule" || taint.effect == "NoExecute";
 }
@@ -71,6 +107,12 @@ struct Analyzer::Device {
   model::SliceDevice spec;
   bool tainted = false;  // a NoSchedule/NoExecute taint
   bool multi = false;    // allowMultipleAllocations
+  // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
+  // else the device itself. Devices with the same key are one GPU.
+  std::string gpu;
+  // Without counters: its weight among the devices of its GPU (memory slices, else memory).
+  double weight = 1;
+  std::map<std::string, double> capacity;
   std::vector<std::pair<std::string, std::map<std::string, double>>> consumes;  // set key
   std::vector<std::string> classes;          // classes it surely matches
   std::vector<std::string> unknown_classes;  // classes whose selectors it cannot judge
@@ -116,17 +158,27 @@ struct Analyzer::Series {
   prometheus::Gauge* gauge = nullptr;
   prometheus::Counter* seconds = nullptr;
   prometheus::Counter* cost = nullptr;
-  std::string device_class;
-  std::map<std::string, int> products;
-  int total = 0;
+  double price_per_second = 0;
+  double gpus = 0;
   absl::Time last;
 };
 
 struct Analyzer::NodeAggregate {
   std::map<std::vector<std::string>, int> pool;  // driver, class, product, state
   std::map<std::vector<std::string>, prometheus::Gauge*> pool_gauges;
-  std::set<std::vector<std::string>> stranded;                       // kind, class
-  std::map<std::vector<std::string>, prometheus::Gauge*> placeable;  // gpu, profile
+  std::map<std::vector<std::string>, prometheus::Gauge*> gpu_gauges;  // driver, product, state
+  std::set<std::vector<std::string>> stranded;                        // kind, product, class
+  std::map<std::vector<std::string>, prometheus::Gauge*> placeable;   // gpu, profile
+};
+
+struct Analyzer::PendingShape {
+  std::shared_ptr<Request> request;
+  std::set<std::pair<absl::Time, Key>> claims;  // (created, key): oldest first
+};
+
+struct Analyzer::GpuTally {
+  std::map<std::vector<std::string>, double> gpus;      // driver, product, state
+  std::map<std::vector<std::string>, double> stranded;  // kind, product, class
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -140,9 +192,10 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
           telemetry::BuildHistogram(registry, "dralens_cluster_allocation_latency_seconds")),
       transitions_(telemetry::BuildCounter(registry, "dralens_cluster_claim_transitions_total")),
       pool_devices_(telemetry::BuildGauge(registry, "dralens_cluster_pool_devices")),
-      stranded_devices_(telemetry::BuildGauge(registry, "dralens_cluster_stranded_devices")),
+      gpus_(telemetry::BuildGauge(registry, "dralens_cluster_gpus")),
+      stranded_gpus_(telemetry::BuildGauge(registry, "dralens_cluster_stranded_gpus")),
       stranded_seconds_(
-          telemetry::BuildCounter(registry, "dralens_cluster_stranded_device_seconds_total")),
+          telemetry::BuildCounter(registry, "dralens_cluster_stranded_gpu_seconds_total")),
       stranded_cost_(telemetry::BuildCounter(registry, "dralens_cluster_stranded_cost_total")),
       mig_placeable_(telemetry::BuildGauge(registry, "dralens_cluster_mig_placeable")),
       tracer_(tracer),
@@ -431,6 +484,27 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       }
       std::string set_key = DeviceKey(spec.driver, spec.pool.name, c.counter_set);
       d->consumes.emplace_back(set_key, std::move(counters));
+    }
+    double slices = 0;
+    for (const auto& [name, value] : sd.capacity) {
+      d->capacity[name] = value.value.AsApproximateDouble();
+      if (IsMemorySlice(name)) {
+        slices += d->capacity[name];
+      }
+    }
+    if (slices > 0) {
+      d->weight = slices;
+    } else if (auto m = d->capacity.find("memory"); m != d->capacity.end() && m->second > 0) {
+      d->weight = m->second;
+    }
+    if (!d->consumes.empty()) {
+      d->gpu = absl::StrCat("counters\x1f", d->consumes.front().first);
+    } else if (std::string parent = StringAttribute(sd, "parentUUID"); !parent.empty()) {
+      d->gpu = absl::StrCat("uuid\x1f", spec.driver, "\x1f", parent);
+    } else if (std::string uuid = StringAttribute(sd, "uuid"); !uuid.empty()) {
+      d->gpu = absl::StrCat("uuid\x1f", spec.driver, "\x1f", uuid);
+    } else {
+      d->gpu = absl::StrCat("device\x1f", d->key);
     }
     if (auto old = old_specs.find(d->key); old != old_specs.end() && old->second == sd) {
       d->verdicts = std::move(kept[d->key]);
@@ -855,9 +929,15 @@ void Analyzer::EnterPending(Claim& claim) {
     pending_shape_changed_ = true;
   }
   for (const auto& r : claim.requests) {
-    auto [it, inserted] = pending_requests_.emplace(r->signature, std::make_pair(r, 0));
-    if (it->second.second++ == 0) {
+    std::unique_ptr<PendingShape>& shape = pending_requests_[r->signature];
+    if (shape == nullptr) {
+      shape = std::make_unique<PendingShape>();
+      shape->request = r;
       pending_shape_changed_ = true;
+    }
+    auto [it, inserted] = shape->claims.emplace(claim.created, claim.key);
+    if (inserted && it == shape->claims.begin()) {
+      oldest_pending_changed_ = true;
     }
   }
   UpdatePendingSeries(claim);
@@ -872,7 +952,18 @@ void Analyzer::LeavePending(Claim& claim) {
   }
   for (const auto& r : claim.requests) {
     auto it = pending_requests_.find(r->signature);
-    if (it != pending_requests_.end() && --it->second.second == 0) {
+    if (it == pending_requests_.end()) {
+      continue;
+    }
+    std::set<std::pair<absl::Time, Key>>& claims = it->second->claims;
+    auto c = claims.find({claim.created, claim.key});
+    if (c != claims.end()) {
+      if (c == claims.begin()) {
+        oldest_pending_changed_ = true;
+      }
+      claims.erase(c);
+    }
+    if (claims.empty()) {
       pending_requests_.erase(it);
       pending_shape_changed_ = true;
     }
@@ -1047,7 +1138,7 @@ void Analyzer::Flush() {
     bool moved = pending_shape_changed_;
     for (auto it = pending_requests_.begin(); !moved && it != pending_requests_.end(); ++it) {
       auto was = before.find(it->first);
-      moved = was == before.end() || ReasonOfRequest(*it->second.first) != was->second;
+      moved = was == before.end() || ReasonOfRequest(*it->second->request) != was->second;
     }
     if (moved) {
       for (const Key& key : pending_) {
@@ -1055,11 +1146,12 @@ void Analyzer::Flush() {
       }
     }
   }
-  if (pending_shape_changed_) {
+  if (pending_shape_changed_ || oldest_pending_changed_) {
     MarkAllNodesDirty();
   }
   capacity_changed_ = false;
   pending_shape_changed_ = false;
+  oldest_pending_changed_ = false;
   std::set<std::string> dirty;
   dirty.swap(dirty_nodes_);
   for (const std::string& node : dirty) {
@@ -1070,17 +1162,222 @@ void Analyzer::Flush() {
 void Analyzer::Accrue(Series& series, absl::Time now) {
   const double dt = absl::ToDoubleSeconds(now - series.last);
   series.last = now;
-  if (dt <= 0 || series.total == 0) {
+  if (dt <= 0 || series.gpus <= 0) {
     return;
   }
-  series.seconds->Increment(series.total * dt);
-  double cost = 0;
-  for (const auto& [product, count] : series.products) {
-    cost += count * prices_.PriceOf(series.device_class, product) / 3600.0 * dt;
-  }
+  series.seconds->Increment(series.gpus * dt);
+  const double cost = series.gpus * series.price_per_second * dt;
   if (cost > 0) {
     series.cost->Increment(cost);
   }
+}
+
+std::vector<std::pair<const Analyzer::Claim*, double>> Analyzer::HolderShares(
+    const Device& device) const {
+  std::vector<std::pair<const Claim*, double>> shares;
+  auto a = allocations_.find(device.key);
+  if (a == allocations_.end() || a->second.empty()) {
+    return shares;
+  }
+  if (!device.multi) {
+    // Whole-device allocations: several holders (admin access) split it evenly.
+    for (const auto& [claim_key, consumed] : a->second) {
+      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
+        shares.emplace_back(c->second.get(), 0);
+      }
+    }
+    for (auto& [claim, share] : shares) {
+      share = 1.0 / static_cast<double>(shares.size());
+    }
+    return shares;
+  }
+  // Shares of a device with allowMultipleAllocations: each holder's part of the capacity that
+  // is most consumed (the one that fills the device first).
+  std::map<std::string, double> total;
+  for (const auto& [claim_key, consumed] : a->second) {
+    for (const auto& [name, value] : consumed) {
+      total[name] += value;
+    }
+  }
+  std::string binding;
+  double most = -1;
+  for (const auto& [name, value] : total) {
+    auto cap = device.capacity.find(name);
+    if (cap != device.capacity.end() && cap->second > kEpsilon && value / cap->second > most) {
+      most = value / cap->second;
+      binding = name;
+    }
+  }
+  if (binding.empty()) {
+    return shares;  // nothing consumed that the device measures: no part of it is held
+  }
+  const double capacity = device.capacity.at(binding);
+  const double scale = most > 1 ? 1 / most : 1;  // over-committed: the device is full
+  for (const auto& [claim_key, consumed] : a->second) {
+    auto c = claims_by_key_.find(claim_key);
+    auto v = consumed.find(binding);
+    if (c != claims_by_key_.end() && v != consumed.end() && v->second > 0) {
+      shares.emplace_back(c->second.get(), v->second / capacity * scale);
+    }
+  }
+  return shares;
+}
+
+const Analyzer::Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& free) {
+  const std::pair<absl::Time, Key>* oldest = nullptr;
+  for (const auto& [signature, shape] : pending_requests_) {
+    const std::pair<absl::Time, Key>& first = *shape->claims.begin();
+    if (oldest != nullptr && !(first < *oldest)) {
+      continue;  // this shape's oldest claim could not win
+    }
+    for (Device* d : free) {
+      if (RequestFits(*shape->request, *d)) {
+        oldest = &first;
+        break;
+      }
+    }
+  }
+  if (oldest == nullptr) {
+    return nullptr;
+  }
+  auto c = claims_by_key_.find(oldest->second);
+  return c == claims_by_key_.end() ? nullptr : c->second.get();
+}
+
+Analyzer::GpuTally Analyzer::TallyGpus(const std::string& node) {
+  GpuTally tally;
+  auto devs = node_devices_.find(node);
+  if (devs == node_devices_.end()) {
+    return tally;
+  }
+  const bool down = NodeDown(node);
+  // Devices by physical GPU, in key order so that the result does not depend on hashing.
+  std::map<std::string, std::vector<Device*>> by_gpu;
+  for (const Key& key : devs->second) {
+    Device* d = devices_.at(key).get();
+    by_gpu[d->gpu].push_back(d);
+  }
+  const std::string kFree(ToString(GpuState::kFree));
+  const std::string kAllocated(ToString(GpuState::kAllocated));
+  const std::string kUnavailable(ToString(GpuState::kUnavailable));
+  for (auto& [gpu, devices] : by_gpu) {
+    std::sort(devices.begin(), devices.end(),
+              [](const Device* a, const Device* b) { return a->key < b->key; });
+    const Device& first = *devices.front();
+    const CounterSet* set = nullptr;
+    if (!first.consumes.empty()) {
+      if (auto it = counter_sets_.find(first.consumes.front().first); it != counter_sets_.end()) {
+        set = it->second.get();
+      }
+    }
+    double weights = 0;
+    for (const Device* d : devices) {
+      weights += d->weight;
+    }
+    // The GPU in parts: what each holder holds (unavailable when the device is tainted or the
+    // node down), and what is left.
+    struct Held {
+      const Claim* claim;
+      const std::string* device_class;  // of the request the device was allocated for
+      double gpus;
+      bool unavailable;
+    };
+    auto class_of = [](const Claim& claim, const Key& device) -> const std::string* {
+      for (const auto& [key, cls] : claim.devices) {
+        if (key == device && !cls.empty()) {
+          return &cls;
+        }
+      }
+      return &claim.device_class;
+    };
+    std::vector<Held> held;
+    double left_free = 0, left_unavailable = 0;
+    if (set != nullptr) {
+      // Partitionable: a device holds the share of the counter set it consumes.
+      double taken = 0;
+      bool usable = false;  // some device that nobody holds can still be allocated
+      for (const Device* d : devices) {
+        std::vector<std::pair<const Claim*, double>> holders = HolderShares(*d);
+        if (holders.empty()) {
+          usable = usable || !d->tainted;
+          continue;
+        }
+        std::map<std::string, double> consumed;
+        for (const auto& [set_key, counters] : d->consumes) {
+          if (set_key == set->key) {
+            for (const auto& [name, value] : counters) {
+              consumed[name] += value;
+            }
+          }
+        }
+        const double share = ShareOf(set->capacity, consumed);
+        for (const auto& [claim, part] : holders) {
+          const double gpus = std::min(share * part, std::max(0.0, 1 - taken));
+          taken += gpus;
+          held.push_back({claim, class_of(*claim, d->key), gpus, down || d->tainted});
+        }
+      }
+      const double left = std::max(0.0, 1 - taken);
+      (down || !usable ? left_unavailable : left_free) += left;
+    } else {
+      // Whole devices, or static MIG devices of one parent: each is its weight's share.
+      for (const Device* d : devices) {
+        const double part = weights > 0 ? d->weight / weights : 0;
+        double taken = 0;
+        for (const auto& [claim, share] : HolderShares(*d)) {
+          held.push_back({claim, class_of(*claim, d->key), part * share, down || d->tainted});
+          taken += part * share;
+        }
+        (down || d->tainted ? left_unavailable : left_free) += std::max(0.0, part - taken);
+      }
+    }
+
+    const std::string& product = first.product;
+    auto add_gpus = [&](const std::string& state, double value) {
+      if (value > 0) {
+        tally.gpus[{first.driver, product, state}] += value;
+      }
+    };
+    auto add_stranded = [&](StrandedKind kind, const std::string& cls, double value) {
+      if (value > 0) {
+        tally.stranded[{std::string(ToString(kind)), product, cls}] += value;
+      }
+    };
+    double allocated = 0;
+    for (const Held& h : held) {
+      if (h.unavailable) {
+        add_gpus(kUnavailable, h.gpus);
+        add_stranded(StrandedKind::kAdvertisedUnhealthy, *h.device_class, h.gpus);
+        continue;
+      }
+      add_gpus(kAllocated, h.gpus);
+      allocated += h.gpus;
+      if (h.claim->state != ClaimState::kInUse) {
+        add_stranded(StrandedKind::kAllocatedNotRunning, *h.device_class, h.gpus);
+      }
+    }
+    add_gpus(kUnavailable, left_unavailable);
+    add_stranded(StrandedKind::kAdvertisedUnhealthy, "", left_unavailable);
+    add_gpus(kFree, left_free);
+    if (left_free <= 0 || pending_requests_.empty()) {
+      continue;
+    }
+    // The free part: stranded while a pending claim could use one of its free devices.
+    std::vector<Device*> free;
+    bool mig = false;
+    for (Device* d : devices) {
+      mig = mig || d->type == "mig";
+      if (!d->tainted && DeviceFree(*d)) {
+        free.push_back(d);
+      }
+    }
+    if (const Claim* oldest = OldestPendingFor(free); oldest != nullptr) {
+      add_stranded(StrandedKind::kFreeWhilePending, oldest->device_class, left_free);
+    } else if (mig && (allocated > 0 || set == nullptr)) {
+      add_stranded(StrandedKind::kUnplaceableFragment, "", left_free);
+    }
+  }
+  return tally;
 }
 
 void Analyzer::RecomputeNode(const std::string& node) {
@@ -1089,9 +1386,7 @@ void Analyzer::RecomputeNode(const std::string& node) {
     slot = std::make_unique<NodeAggregate>();
   }
   NodeAggregate& agg = *slot;
-  const bool down = NodeDown(node);
   std::map<std::vector<std::string>, int> pool;
-  std::map<std::vector<std::string>, std::map<std::string, int>> stranded;
   static const std::vector<std::string> kNoClass = {""};
   if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
     for (const Key& key : devs->second) {
@@ -1104,46 +1399,6 @@ void Analyzer::RecomputeNode(const std::string& node) {
                                                  : PoolState::kFree;
       for (const std::string& c : classes) {
         ++pool[{d.driver, c, d.product, std::string(ToString(state))}];
-      }
-      std::set<std::pair<StrandedKind, std::string>> kinds;
-      if (auto a = allocations_.find(key); a != allocations_.end()) {
-        for (const auto& [claim_key, capacity] : a->second) {
-          auto c = claims_by_key_.find(claim_key);
-          if (c == claims_by_key_.end() || c->second->state == ClaimState::kInUse) {
-            continue;
-          }
-          for (const auto& [device, cls] : c->second->devices) {
-            if (device == key) {
-              kinds.insert({StrandedKind::kAllocatedNotRunning, cls});
-            }
-          }
-        }
-      }
-      if (d.tainted || down) {
-        for (const std::string& c : classes) {
-          kinds.insert({StrandedKind::kAdvertisedUnhealthy, c});
-        }
-      } else if (!allocated && !blocked) {
-        for (const std::string& c : d.classes) {
-          if (pending_per_class_.count(c) > 0) {
-            kinds.insert({StrandedKind::kFreeWhilePending, c});
-          }
-        }
-        if (d.type == "mig" && !pending_requests_.empty() &&
-            (allocations_.count(key) == 0 || allocations_[key].empty())) {
-          bool fits = false;
-          for (const auto& [signature, request] : pending_requests_) {
-            fits = fits || RequestFits(*request.first, d);
-          }
-          if (!fits) {
-            for (const std::string& c : classes) {
-              kinds.insert({StrandedKind::kUnplaceableFragment, c});
-            }
-          }
-        }
-      }
-      for (const auto& [kind, cls] : kinds) {
-        ++stranded[{std::string(ToString(kind)), cls}][d.product];
       }
     }
   }
@@ -1168,34 +1423,50 @@ void Analyzer::RecomputeNode(const std::string& node) {
     g->Set(count);
   }
   agg.pool = std::move(pool);
+
+  GpuTally tally = TallyGpus(node);
+  for (auto it = agg.gpu_gauges.begin(); it != agg.gpu_gauges.end();) {
+    if (tally.gpus.count(it->first) == 0) {
+      gpus_.Remove(it->second);
+      it = agg.gpu_gauges.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [labels, value] : tally.gpus) {
+    prometheus::Gauge*& g = agg.gpu_gauges[labels];
+    if (g == nullptr) {
+      g = &gpus_.Add(
+          {{"node", node}, {"driver", labels[0]}, {"product", labels[1]}, {"state", labels[2]}});
+    }
+    g->Set(value);
+  }
+
   // Stranded series: accrue what the old value earned, then switch to the new one.
   const absl::Time now = clock_.Now();
   std::set<std::vector<std::string>> keys = agg.stranded;
-  for (const auto& [labels, products] : stranded) {
+  for (const auto& [labels, value] : tally.stranded) {
     keys.insert(labels);
   }
   for (const std::vector<std::string>& labels : keys) {
-    std::unique_ptr<Series>& s = stranded_[{labels[0], node, labels[1]}];
+    std::unique_ptr<Series>& s = stranded_[{labels[0], node, labels[1], labels[2]}];
     if (s == nullptr) {
       s = std::make_unique<Series>();
-      prometheus::Labels l = {{"kind", labels[0]}, {"node", node}, {"device_class", labels[1]}};
-      s->gauge = &stranded_devices_.Add(l);
+      prometheus::Labels l = {
+          {"kind", labels[0]}, {"node", node}, {"product", labels[1]}, {"device_class", labels[2]}};
+      s->gauge = &stranded_gpus_.Add(l);
       s->seconds = &stranded_seconds_.Add(l);
       s->cost = &stranded_cost_.Add(l);
-      s->device_class = labels[1];
+      s->price_per_second = prices_.PriceOf(labels[2], labels[1]) / 3600.0;
       s->last = now;
     }
     Accrue(*s, now);
-    auto found = stranded.find(labels);
-    s->products = found == stranded.end() ? std::map<std::string, int>() : found->second;
-    s->total = 0;
-    for (const auto& [product, count] : s->products) {
-      s->total += count;
-    }
-    s->gauge->Set(s->total);
+    auto found = tally.stranded.find(labels);
+    s->gpus = found == tally.stranded.end() ? 0 : found->second;
+    s->gauge->Set(s->gpus);
   }
   agg.stranded.clear();
-  for (const auto& [labels, products] : stranded) {
+  for (const auto& [labels, value] : tally.stranded) {
     agg.stranded.insert(labels);
   }
   RecomputePlaceable(node);

@@ -5,7 +5,7 @@
 // changed, and the pending claims whose verdict could have moved. A scrape renders series that
 // are already set (dralens_cluster_* in the registry given to the constructor); nothing is
 // computed at scrape time. Tick() (called periodically) refreshes pending ages and accrues the
-// stranded device-seconds and their cost; accrual also happens whenever a series changes, so
+// stranded GPU-seconds and their cost; accrual also happens whenever a series changes, so
 // the counters are exact at every event.
 //
 // How things are decided:
@@ -20,6 +20,10 @@
 //  - a device is allocated when a claim holds it; with allowMultipleAllocations, only when a
 //    consumed capacity reaches the device's value; a partitionable device whose shared
 //    counters are used up by other allocations counts as allocated too.
+//  - capacity and stranded capacity are counted in physical GPUs (docs/cluster.md): devices
+//    sharing a counter set, a parentUUID or a uuid are one GPU; a held device counts as the
+//    fraction of its GPU it takes (memory slices, or the consumed share of a capacity); each
+//    part is unavailable, allocated or free, and stranded under at most one kind and class.
 //
 // Thread-safe (one mutex): informer threads call the event methods concurrently.
 #pragma once
@@ -98,6 +102,8 @@ class Analyzer {
   struct Request;
   struct Series;
   struct NodeAggregate;
+  struct PendingShape;
+  struct GpuTally;
   using Key = std::string;
 
   // Selector evaluation, cached per (selector, device).
@@ -139,6 +145,14 @@ class Analyzer {
   void Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputeNode(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputePlaceable(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The physical GPUs of a node, in GPU-equivalents by state and stranded kind.
+  GpuTally TallyGpus(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The holders of a device and the share of it each holds (summing to at most 1).
+  std::vector<std::pair<const Claim*, double>> HolderShares(const Device& device) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The longest-pending claim a request of which fits one of `free`, or null.
+  const Claim* OldestPendingFor(const std::vector<Device*>& free)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Accrue(Series& series, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   prometheus::Family<prometheus::Gauge>& claims_;
@@ -147,7 +161,8 @@ class Analyzer {
   prometheus::Family<prometheus::Histogram>& allocation_latency_;
   prometheus::Family<prometheus::Counter>& transitions_;
   prometheus::Family<prometheus::Gauge>& pool_devices_;
-  prometheus::Family<prometheus::Gauge>& stranded_devices_;
+  prometheus::Family<prometheus::Gauge>& gpus_;
+  prometheus::Family<prometheus::Gauge>& stranded_gpus_;
   prometheus::Family<prometheus::Counter>& stranded_seconds_;
   prometheus::Family<prometheus::Counter>& stranded_cost_;
   prometheus::Family<prometheus::Gauge>& mig_placeable_;
@@ -181,14 +196,16 @@ class Analyzer {
   std::unordered_map<Key, std::set<Key>> pod_claims_ ABSL_GUARDED_BY(mu_);  // pod -> reserving
   std::set<Key> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> pending_per_class_ ABSL_GUARDED_BY(mu_);
-  // Request shapes of the pending claims, with how many pending claims hold each.
-  std::map<std::string, std::pair<std::shared_ptr<Request>, int>> pending_requests_
-      ABSL_GUARDED_BY(mu_);
+  // Request shapes of the pending claims, with the pending claims that hold each, oldest first.
+  std::map<std::string, std::unique_ptr<PendingShape>> pending_requests_ ABSL_GUARDED_BY(mu_);
 
   // Dirty sets, applied by Flush().
   std::set<std::string> dirty_nodes_ ABSL_GUARDED_BY(mu_);
   bool capacity_changed_ ABSL_GUARDED_BY(mu_) = false;
   bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // The longest-pending claim of some request shape changed: free_while_pending attribution
+  // may move on any node.
+  bool oldest_pending_changed_ ABSL_GUARDED_BY(mu_) = false;
   // Verdicts per request shape, valid until capacity changes.
   std::map<std::string, PendingReason> reason_cache_ ABSL_GUARDED_BY(mu_);
 
