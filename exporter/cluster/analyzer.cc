@@ -113,6 +113,8 @@ struct Analyzer::Device {
   // Without counters: its weight among the devices of its GPU (memory slices, else memory).
   double weight = 1;
   std::map<std::string, double> capacity;
+  bool counted = false;       // its part is in the leaves' counts
+  bool counted_free = false;  // counted as free (not held, not blocked, node up)
   std::vector<std::pair<std::string, std::map<std::string, double>>> consumes;  // set key
   std::vector<std::string> classes;          // classes it surely matches
   std::vector<std::string> unknown_classes;  // classes whose selectors it cannot judge
@@ -176,6 +178,13 @@ struct Analyzer::PendingShape {
   std::set<std::pair<absl::Time, Key>> claims;  // (created, key): oldest first
 };
 
+struct Analyzer::LeafCounts {
+  std::shared_ptr<Request> request;
+  std::set<std::string> shapes;  // signatures of the pending shapes that use it
+  int64_t unknown = 0, matching = 0, untainted = 0, free = 0;
+  std::optional<PendingReason> last;  // the reason the pending claims were last given
+};
+
 struct Analyzer::GpuTally {
   std::map<std::vector<std::string>, double> gpus;      // driver, product, state
   std::map<std::vector<std::string>, double> stranded;  // kind, product, class
@@ -202,6 +211,7 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
       prices_(std::move(options.prices)),
       clock_(options.clock != nullptr ? *options.clock : common::RealClock()) {
   absl::MutexLock lock(&mu_);
+  deriving_ = !options.derive_after_sync;
   for (Transition t : {Transition::kCreated, Transition::kAllocated, Transition::kReserved,
                        Transition::kInUse, Transition::kReleased, Transition::kDeleted}) {
     transition_counters_[t] = &transitions_.Add({{"to", std::string(ToString(t))}});
@@ -368,6 +378,11 @@ void Analyzer::RecountCounters(const std::string& set_key) {
     }
   }
   dirty_nodes_.insert(set.node);
+  for (const Key& key : set.devices) {
+    if (auto dev = devices_.find(key); dev != devices_.end()) {
+      RefreshFree(*dev->second);
+    }
+  }
 }
 
 void Analyzer::MarkDeviceDirty(const Device& device) { dirty_nodes_.insert(device.node); }
@@ -382,6 +397,7 @@ void Analyzer::AllocationChanged(const Key& device_key) {
   for (const auto& [set_key, counters] : it->second->consumes) {
     RecountCounters(set_key);
   }
+  RefreshFree(*it->second);
 }
 
 void Analyzer::MarkAllNodesDirty() {
@@ -395,7 +411,7 @@ void Analyzer::MarkAllNodesDirty() {
 
 // --- slices, classes, nodes ------------------------------------------------------------------
 
-void Analyzer::RemoveSliceLocked(const std::string& name) {
+void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>& touched) {
   auto it = slices_.find(name);
   if (it == slices_.end()) {
     return;
@@ -406,9 +422,11 @@ void Analyzer::RemoveSliceLocked(const std::string& name) {
       continue;  // republished by another slice of the pool meanwhile
     }
     Device& d = *dev->second;
+    CountDevice(d, -1);
     UnclassifyDevice(d);
     node_devices_[d.node].erase(key);
     dirty_nodes_.insert(d.node);
+    touched.insert(d.node);
     for (const auto& [set_key, counters] : d.consumes) {
       if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
         set->second->devices.erase(key);
@@ -420,6 +438,7 @@ void Analyzer::RemoveSliceLocked(const std::string& name) {
     auto set = counter_sets_.find(set_key);
     if (set != counter_sets_.end() && set->second->slice == name) {
       dirty_nodes_.insert(set->second->node);
+      touched.insert(set->second->node);
       counter_sets_.erase(set);
     }
   }
@@ -447,7 +466,8 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       }
     }
   }
-  RemoveSliceLocked(name);
+  std::set<std::string> touched;
+  RemoveSliceLocked(name, touched);
   const model::ResourceSliceSpec& spec = slice.spec;
   const std::string slice_node = spec.node_name.value_or("");
   std::vector<Key> keys;
@@ -512,6 +532,8 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     if (auto existing = devices_.find(d->key); existing != devices_.end()) {
       // The device moved here from another slice of the pool.
       Device& e = *existing->second;
+      CountDevice(e, -1);
+      touched.insert(e.node);
       UnclassifyDevice(e);
       node_devices_[e.node].erase(e.key);
       dirty_nodes_.insert(e.node);
@@ -547,6 +569,17 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       RecountCounters(set_key);
     }
   }
+  touched.insert(slice_node);
+  for (const Key& key : keys) {
+    Device& d = *devices_[key];
+    touched.insert(d.node);
+    d.counted_free = !DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node);
+    CountDevice(d, +1);
+  }
+  // Devices of other slices whose counters this one publishes or frees.
+  for (const std::string& node : touched) {
+    RefreshNodeDevices(node);
+  }
   slices_[name] = {std::move(keys), std::move(set_keys)};
   capacity_changed_ = true;
   Flush();
@@ -554,7 +587,11 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
 
 void Analyzer::DeleteSlice(const std::string& name) {
   absl::MutexLock lock(&mu_);
-  RemoveSliceLocked(name);
+  std::set<std::string> touched;
+  RemoveSliceLocked(name, touched);
+  for (const std::string& node : touched) {
+    RefreshNodeDevices(node);
+  }
   Flush();
 }
 
@@ -574,6 +611,9 @@ void Analyzer::UpsertClass(const model::DeviceClass& device_class) {
   for (auto& [key, device] : devices_) {
     ClassifyDevice(*device);
   }
+  for (auto& [signature, leaf] : leaves_) {
+    RecountLeaf(*leaf);
+  }
   capacity_changed_ = true;
   pending_shape_changed_ = true;
   MarkAllNodesDirty();
@@ -590,6 +630,9 @@ void Analyzer::DeleteClass(const std::string& name) {
   }
   class_devices_.erase(name);
   class_unknown_.erase(name);
+  for (auto& [signature, leaf] : leaves_) {
+    RecountLeaf(*leaf);
+  }
   capacity_changed_ = true;
   pending_shape_changed_ = true;
   MarkAllNodesDirty();
@@ -602,6 +645,7 @@ void Analyzer::UpsertNode(const NodeInfo& node) {
   bool changed = it == nodes_.end() || it->second.ready != node.ready;
   nodes_[node.name] = node;
   if (changed) {
+    RefreshNodeDevices(node.name);
     dirty_nodes_.insert(node.name);
     capacity_changed_ = true;
     Flush();
@@ -611,6 +655,7 @@ void Analyzer::UpsertNode(const NodeInfo& node) {
 void Analyzer::DeleteNode(const std::string& name) {
   absl::MutexLock lock(&mu_);
   if (nodes_.erase(name) > 0) {
+    RefreshNodeDevices(name);
     dirty_nodes_.insert(name);
     capacity_changed_ = true;
     Flush();
@@ -620,8 +665,23 @@ void Analyzer::DeleteNode(const std::string& name) {
 void Analyzer::SetNodesSynced() {
   absl::MutexLock lock(&mu_);
   nodes_synced_ = true;
+  for (auto& [key, device] : devices_) {
+    RefreshFree(*device);
+  }
   MarkAllNodesDirty();
   capacity_changed_ = true;
+  Flush();
+}
+
+void Analyzer::SetSynced() {
+  absl::MutexLock lock(&mu_);
+  if (deriving_) {
+    return;
+  }
+  deriving_ = true;
+  MarkAllNodesDirty();
+  capacity_changed_ = true;
+  rederive_all_ = true;
   Flush();
 }
 
@@ -934,6 +994,7 @@ void Analyzer::EnterPending(Claim& claim) {
       shape = std::make_unique<PendingShape>();
       shape->request = r;
       pending_shape_changed_ = true;
+      RegisterShape(*shape, r->signature);
     }
     auto [it, inserted] = shape->claims.emplace(claim.created, claim.key);
     if (inserted && it == shape->claims.begin()) {
@@ -964,6 +1025,7 @@ void Analyzer::LeavePending(Claim& claim) {
       claims.erase(c);
     }
     if (claims.empty()) {
+      UnregisterShape(*it->second, it->first);
       pending_requests_.erase(it);
       pending_shape_changed_ = true;
     }
@@ -972,6 +1034,9 @@ void Analyzer::LeavePending(Claim& claim) {
 }
 
 void Analyzer::UpdatePendingSeries(Claim& claim) {
+  if (!deriving_) {
+    return;  // SetSynced() derives every pending claim's reason once
+  }
   std::optional<PendingReason> reason;
   if (claim.pending) {
     reason = ReasonOfClaim(claim);
@@ -1042,9 +1107,14 @@ PendingReason Analyzer::ReasonOfRequest(const Request& request) {
     }
     return best;
   }
-  if (auto cached = reason_cache_.find(request.signature); cached != reason_cache_.end()) {
-    return cached->second;
+  if (auto leaf = leaves_.find(request.signature); leaf != leaves_.end()) {
+    return ReasonOfLeaf(*leaf->second);
   }
+  return ScanReason(request);
+}
+
+// The reason of a request that no pending claim holds (so it has no counts): one scan.
+PendingReason Analyzer::ScanReason(const Request& request) {
   PendingReason reason = PendingReason::kUnsatisfiable;
   auto cls = classes_.find(request.device_class);
   if (cls != classes_.end()) {
@@ -1086,8 +1156,152 @@ PendingReason Analyzer::ReasonOfRequest(const Request& request) {
       reason = PendingReason::kWaitingForPod;
     }
   }
-  reason_cache_[request.signature] = reason;
   return reason;
+}
+
+// --- counts per pending request shape ------------------------------------------------------------
+
+int Analyzer::LeafMatch(const Request& leaf, Device& device) {
+  auto cls = classes_.find(leaf.device_class);
+  if (cls == classes_.end()) {
+    return 0;
+  }
+  cel::Verdict v = MatchesAll(device, cls->second);
+  if (v == cel::Verdict::kTrue) {
+    v = MatchesAll(device, leaf.selectors);
+  }
+  if (v == cel::Verdict::kFalse) {
+    return 0;
+  }
+  if (v == cel::Verdict::kUnknown) {
+    return 1;
+  }
+  for (const model::DeviceTaint& taint : device.spec.taints) {
+    if (Blocking(taint) &&
+        std::none_of(leaf.tolerations.begin(), leaf.tolerations.end(),
+                     [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
+      return 2;
+    }
+  }
+  return 3;
+}
+
+void Analyzer::CountDevice(Device& device, int sign) {
+  if ((sign > 0) == device.counted) {
+    return;
+  }
+  device.counted = sign > 0;
+  for (auto& [signature, leaf] : leaves_) {
+    const int m = LeafMatch(*leaf->request, device);
+    if (m == 0) {
+      continue;
+    }
+    leaf->unknown += sign * (m == 1);
+    leaf->matching += sign * (m >= 2);
+    leaf->untainted += sign * (m == 3);
+    leaf->free += sign * (m == 3 && device.counted_free);
+    dirty_leaves_.insert(signature);
+  }
+}
+
+void Analyzer::RefreshFree(Device& device) {
+  if (!device.counted) {
+    return;
+  }
+  const bool free = !DeviceAllocated(device) && !DeviceBlocked(device) && !NodeDown(device.node);
+  if (free == device.counted_free) {
+    return;
+  }
+  device.counted_free = free;
+  for (auto& [signature, leaf] : leaves_) {
+    if (LeafMatch(*leaf->request, device) == 3) {
+      leaf->free += free ? 1 : -1;
+      dirty_leaves_.insert(signature);
+    }
+  }
+}
+
+void Analyzer::RefreshNodeDevices(const std::string& node) {
+  auto devs = node_devices_.find(node);
+  if (devs == node_devices_.end()) {
+    return;
+  }
+  for (const Key& key : devs->second) {
+    RefreshFree(*devices_.at(key));
+  }
+}
+
+void Analyzer::RecountLeaf(LeafCounts& leaf) {
+  leaf.unknown = leaf.matching = leaf.untainted = leaf.free = 0;
+  for (const auto* index : {&class_devices_, &class_unknown_}) {
+    auto keys = index->find(leaf.request->device_class);
+    if (keys == index->end()) {
+      continue;
+    }
+    for (const Key& key : keys->second) {
+      Device& d = *devices_.at(key);
+      if (!d.counted) {
+        continue;
+      }
+      const int m = LeafMatch(*leaf.request, d);
+      leaf.unknown += m == 1;
+      leaf.matching += m >= 2;
+      leaf.untainted += m == 3;
+      leaf.free += m == 3 && d.counted_free;
+    }
+  }
+  dirty_leaves_.insert(leaf.request->signature);
+}
+
+PendingReason Analyzer::ReasonOfLeaf(const LeafCounts& leaf) const {
+  const Request& r = *leaf.request;
+  if (classes_.count(r.device_class) == 0) {
+    return PendingReason::kUnsatisfiable;
+  }
+  if (leaf.matching == 0 || (!r.all && leaf.matching < r.count)) {
+    return leaf.unknown > 0 ? PendingReason::kUnknown : PendingReason::kUnsatisfiable;
+  }
+  if (leaf.untainted == 0 || (!r.all && leaf.untainted < r.count)) {
+    return PendingReason::kTainted;
+  }
+  if (leaf.free < (r.all ? leaf.untainted : r.count)) {
+    return PendingReason::kNoCapacity;
+  }
+  return PendingReason::kWaitingForPod;
+}
+
+void Analyzer::RegisterShape(const PendingShape& shape, const std::string& signature) {
+  std::vector<std::shared_ptr<Request>> parts = shape.request->alternatives;
+  if (parts.empty()) {
+    parts.push_back(shape.request);
+  }
+  for (const std::shared_ptr<Request>& part : parts) {
+    std::unique_ptr<LeafCounts>& leaf = leaves_[part->signature];
+    if (leaf == nullptr) {
+      leaf = std::make_unique<LeafCounts>();
+      leaf->request = part;
+      RecountLeaf(*leaf);
+    }
+    leaf->shapes.insert(signature);
+  }
+}
+
+void Analyzer::UnregisterShape(const PendingShape& shape, const std::string& signature) {
+  std::vector<std::shared_ptr<Request>> parts = shape.request->alternatives;
+  if (parts.empty()) {
+    parts.push_back(shape.request);
+  }
+  for (const std::shared_ptr<Request>& part : parts) {
+    auto leaf = leaves_.find(part->signature);
+    if (leaf == leaves_.end()) {
+      continue;
+    }
+    leaf->second->shapes.erase(signature);
+    if (leaf->second->shapes.empty()) {
+      dirty_leaves_.erase(leaf->first);
+      leaves_.erase(leaf);
+    }
+  }
 }
 
 PendingReason Analyzer::ReasonOfClaim(const Claim& claim) {
@@ -1129,21 +1343,46 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
 // --- derived series ----------------------------------------------------------------------------
 
 void Analyzer::Flush() {
-  if (capacity_changed_ || pending_shape_changed_) {
-    // A claim's reason is a function of its requests' reasons, so when no pending request's
-    // reason moved, no claim's did: the common case of an allocation that crosses no
-    // threshold touches no claim. (Ages are refreshed by Tick.)
-    std::map<std::string, PendingReason> before;
-    before.swap(reason_cache_);
-    bool moved = pending_shape_changed_;
-    for (auto it = pending_requests_.begin(); !moved && it != pending_requests_.end(); ++it) {
-      auto was = before.find(it->first);
-      moved = was == before.end() || ReasonOfRequest(*it->second->request) != was->second;
+  if (!deriving_) {
+    return;  // the dirty state accumulates until SetSynced()
+  }
+  // A claim's reason is a function of its requests' reasons, so only the claims of a shape
+  // whose reason moved are touched: an allocation that crosses no threshold touches no claim.
+  // (Ages are refreshed by Tick.)
+  if (rederive_all_) {
+    rederive_all_ = false;
+    dirty_leaves_.clear();
+    for (auto& [signature, leaf] : leaves_) {
+      leaf->last = ReasonOfLeaf(*leaf);
     }
-    if (moved) {
-      for (const Key& key : pending_) {
-        UpdatePendingSeries(*claims_by_key_.at(key));
+    for (const Key& key : pending_) {
+      UpdatePendingSeries(*claims_by_key_.at(key));
+    }
+  } else if (!dirty_leaves_.empty()) {
+    std::set<std::string> dirty;
+    dirty.swap(dirty_leaves_);
+    std::set<std::string> shapes;
+    for (const std::string& signature : dirty) {
+      auto leaf = leaves_.find(signature);
+      if (leaf == leaves_.end()) {
+        continue;
       }
+      const PendingReason reason = ReasonOfLeaf(*leaf->second);
+      if (leaf->second->last != reason) {
+        leaf->second->last = reason;
+        shapes.insert(leaf->second->shapes.begin(), leaf->second->shapes.end());
+      }
+    }
+    std::set<Key> claims;
+    for (const std::string& signature : shapes) {
+      if (auto shape = pending_requests_.find(signature); shape != pending_requests_.end()) {
+        for (const auto& [created, key] : shape->second->claims) {
+          claims.insert(key);
+        }
+      }
+    }
+    for (const Key& key : claims) {
+      UpdatePendingSeries(*claims_by_key_.at(key));
     }
   }
   if (pending_shape_changed_ || oldest_pending_changed_) {

@@ -64,6 +64,9 @@ struct AnalyzerOptions {
   PriceTable prices;
   // Clock for ages, latencies and device-seconds; must outlive the analyzer. Null: real clock.
   common::Clock* clock = nullptr;
+  // Keep what the initial LISTs deliver without deriving anything (pending reasons, node
+  // capacity, stranded series) until SetSynced(), which derives it all once.
+  bool derive_after_sync = false;
 };
 
 class Analyzer {
@@ -88,6 +91,9 @@ class Analyzer {
   // From now on a node that is not in the cache is gone (its devices are advertised while
   // its driver is down). Call once the Node informer has synced.
   void SetNodesSynced() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every informer has synced: with derive_after_sync, derives the findings of everything
+  // received so far, once; from then on each event updates what it touches. Idempotent.
+  void SetSynced() ABSL_LOCKS_EXCLUDED(mu_);
   // Refreshes pending ages and accrues device-seconds and cost up to now.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -104,6 +110,7 @@ class Analyzer {
   struct NodeAggregate;
   struct PendingShape;
   struct GpuTally;
+  struct LeafCounts;
   using Key = std::string;
 
   // Selector evaluation, cached per (selector, device).
@@ -114,7 +121,9 @@ class Analyzer {
   void ClassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnclassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RequestFits(const Request& request, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveSliceLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a slice's devices and counter sets; adds the nodes they were on to `touched`.
+  void RemoveSliceLocked(const std::string& name, std::set<std::string>& touched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnterPending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeavePending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
@@ -131,6 +140,24 @@ class Analyzer {
   void RecountCounters(const std::string& set_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AllocationChanged(const Key& device_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkDeviceDirty(const Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Counts per pending request shape, kept as devices come, go and change state, so that a
+  // reason is re-derived only when a count it depends on moves.
+  // How a device stands to a leaf request: 0 no match, 1 unknown, 2 matches but an untolerated
+  // taint blocks it, 3 matches.
+  int LeafMatch(const Request& leaf, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds (+1) or takes back (-1) a device's part in every leaf's counts.
+  void CountDevice(Device& device, int sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-reads whether a counted device is free, and moves the leaves' free counts if it changed.
+  void RefreshFree(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshNodeDevices(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecountLeaf(LeafCounts& leaf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PendingReason ReasonOfLeaf(const LeafCounts& leaf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PendingReason ScanReason(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RegisterShape(const PendingShape& shape, const std::string& signature)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnregisterShape(const PendingShape& shape, const std::string& signature)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Claims.
   ClaimState StateOfClaim(const Claim& claim) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -187,6 +214,8 @@ class Analyzer {
   std::map<std::string, std::set<Key>> class_unknown_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   bool nodes_synced_ ABSL_GUARDED_BY(mu_) = false;
+  // False while derive_after_sync holds back derivation until SetSynced().
+  bool deriving_ ABSL_GUARDED_BY(mu_) = true;
 
   std::unordered_map<Key, std::unique_ptr<Claim>> claims_by_key_ ABSL_GUARDED_BY(mu_);
   // device key -> claim key -> consumed capacity (name -> value)
@@ -206,8 +235,12 @@ class Analyzer {
   // The longest-pending claim of some request shape changed: free_while_pending attribution
   // may move on any node.
   bool oldest_pending_changed_ ABSL_GUARDED_BY(mu_) = false;
-  // Verdicts per request shape, valid until capacity changes.
-  std::map<std::string, PendingReason> reason_cache_ ABSL_GUARDED_BY(mu_);
+  // Leaf requests (a request, or one alternative of a firstAvailable request) of the pending
+  // shapes, by signature, with their counts; the ones whose counts moved since the last Flush.
+  std::map<std::string, std::unique_ptr<LeafCounts>> leaves_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_leaves_ ABSL_GUARDED_BY(mu_);
+  // Re-derive every pending claim's reason at the next Flush (after the initial sync).
+  bool rederive_all_ ABSL_GUARDED_BY(mu_) = false;
 
   // Aggregated series.
   std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> claim_counts_

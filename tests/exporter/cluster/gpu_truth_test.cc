@@ -371,7 +371,10 @@ TEST_P(GpuTruthTest, PhysicalCountsStrandedBoundsAndCost) {
   auto prices = PriceTable::Parse(
       R"({"default": 1.5, "deviceClasses": {"mig": 0.8}, "products": {"H100": 4.0}})", 0);
   ASSERT_TRUE(prices.ok()) << prices.status();
-  Analyzer analyzer(registry, tracer, AnalyzerOptions{*prices, &clock});
+  // Every third cluster is derived once after the whole feed, as the cluster role does.
+  AnalyzerOptions options{*prices, &clock};
+  options.derive_after_sync = GetParam() % 3 == 0;
+  Analyzer analyzer(registry, tracer, options);
   auto feed = [&](const k8s::ResourceType& type, const std::vector<json>& objects) {
     k8s::InformerHandlers h = HandlersFor(type, analyzer);
     for (const json& o : objects) {
@@ -391,6 +394,7 @@ TEST_P(GpuTruthTest, PhysicalCountsStrandedBoundsAndCost) {
     feed(k8s::kPods, cluster.pods);
   }
   analyzer.SetNodesSynced();
+  analyzer.SetSynced();
 
   // dralens_cluster_gpus: per node and state as modelled; summed, the physical count.
   std::map<std::string, std::map<std::string, double>> got;
@@ -460,6 +464,140 @@ TEST_P(GpuTruthTest, PhysicalCountsStrandedBoundsAndCost) {
     EXPECT_NEAR(s.value, gpu_seconds * price / 3600, 1e-9);
   }
 }
+
+// Series of the derived families that are not zero, for comparing two analyzers.
+std::map<std::string, double> NonZeroSeries(prometheus::Registry& registry) {
+  std::map<std::string, double> out;
+  for (const char* family :
+       {"dralens_cluster_gpus", "dralens_cluster_stranded_gpus", "dralens_cluster_pending_claims",
+        "dralens_cluster_claims", "dralens_cluster_pool_devices"}) {
+    for (const Sample& s : Collect(registry, family)) {
+      if (std::abs(s.value) < kTolerance) {
+        continue;
+      }
+      std::string key = family;
+      for (const auto& [name, value] : s.labels) {
+        absl::StrAppend(&key, " ", name, "=", value);
+      }
+      out[key] = s.value;
+    }
+  }
+  return out;
+}
+
+// Incremental upkeep equals a derivation from scratch: an analyzer that saw the cluster change
+// (claims released, nodes going NotReady and back, slices withdrawn and republished, a class
+// deleted and recreated) exports what a fresh analyzer fed only the final objects exports.
+class GpuTruthChangeTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
+  Cluster cluster = Generator(GetParam()).Generate();
+  std::mt19937 rng(GetParam() * 7919);
+  auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+  prometheus::Registry registry;
+  telemetry::NoopTracer tracer;
+  common::FakeClock clock;
+  Analyzer live(registry, tracer, AnalyzerOptions{{}, &clock});
+  k8s::InformerHandlers classes = HandlersFor(k8s::kDeviceClasses, live);
+  k8s::InformerHandlers nodes = HandlersFor(k8s::kNodes, live);
+  k8s::InformerHandlers slices = HandlersFor(k8s::kResourceSlices, live);
+  k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, live);
+  k8s::InformerHandlers pods = HandlersFor(k8s::kPods, live);
+  for (const json& o : cluster.classes) {
+    classes.on_add(o);
+  }
+  for (const json& o : cluster.nodes) {
+    nodes.on_add(o);
+  }
+  for (const json& o : cluster.slices) {
+    slices.on_add(o);
+  }
+  for (const json& o : cluster.claims) {
+    claims.on_add(o);
+  }
+  for (const json& o : cluster.pods) {
+    pods.on_add(o);
+  }
+  live.SetNodesSynced();
+
+  for (int step = 0; step < 12; ++step) {
+    switch (pick(5)) {
+      case 0:  // a claim goes away
+        if (!cluster.claims.empty()) {
+          const size_t i = pick(cluster.claims.size());
+          claims.on_delete(cluster.claims[i]);
+          cluster.claims.erase(cluster.claims.begin() + static_cast<long>(i));
+        }
+        break;
+      case 1:  // a node flips readiness
+        if (!cluster.nodes.empty()) {
+          json& node = cluster.nodes[pick(cluster.nodes.size())];
+          json& status = node["status"]["conditions"][0]["status"];
+          const json old = node;
+          status = status == "True" ? "Unknown" : "True";
+          nodes.on_update(old, node);
+        }
+        break;
+      case 2: {  // a slice is withdrawn, then republished
+        json& slice = cluster.slices[pick(cluster.slices.size())];
+        slices.on_delete(slice);
+        slices.on_add(slice);
+        break;
+      }
+      case 3: {  // a class is deleted and recreated
+        const json& cls = cluster.classes[pick(cluster.classes.size())];
+        classes.on_delete(cls);
+        classes.on_add(cls);
+        break;
+      }
+      default:  // a pod starts or stops
+        if (!cluster.pods.empty()) {
+          json& pod = cluster.pods[pick(cluster.pods.size())];
+          const json old = pod;
+          pod["status"]["phase"] = pod["status"]["phase"] == "Running" ? "Succeeded" : "Running";
+          pods.on_update(old, pod);
+        }
+        break;
+    }
+  }
+
+  prometheus::Registry fresh_registry;
+  Analyzer fresh(fresh_registry, tracer, AnalyzerOptions{{}, &clock});
+  for (const json& o : cluster.classes) {
+    HandlersFor(k8s::kDeviceClasses, fresh).on_add(o);
+  }
+  for (const json& o : cluster.nodes) {
+    HandlersFor(k8s::kNodes, fresh).on_add(o);
+  }
+  for (const json& o : cluster.slices) {
+    HandlersFor(k8s::kResourceSlices, fresh).on_add(o);
+  }
+  for (const json& o : cluster.claims) {
+    HandlersFor(k8s::kResourceClaims, fresh).on_add(o);
+  }
+  for (const json& o : cluster.pods) {
+    HandlersFor(k8s::kPods, fresh).on_add(o);
+  }
+  fresh.SetNodesSynced();
+
+  for (const json& o : cluster.claims) {
+    const std::string key = "team/" + o["metadata"]["name"].get<std::string>();
+    EXPECT_EQ(live.PendingReasonOf(key), fresh.PendingReasonOf(key)) << key;
+    EXPECT_EQ(live.StateOf(key), fresh.StateOf(key)) << key;
+  }
+  const std::map<std::string, double> want = NonZeroSeries(fresh_registry);
+  const std::map<std::string, double> got = NonZeroSeries(registry);
+  for (const auto& [key, value] : want) {
+    auto it = got.find(key);
+    ASSERT_NE(it, got.end()) << "missing " << key;
+    EXPECT_NEAR(it->second, value, kTolerance) << key;
+  }
+  for (const auto& [key, value] : got) {
+    EXPECT_EQ(want.count(key), 1u) << "extra " << key << " = " << value;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RandomChanges, GpuTruthChangeTest, ::testing::Range(1u, 41u));
 
 // Free MIG capacity that no pending request fits is an unplaceable fragment, of no class; once
 // a pending request fits a free device, the same capacity is free_while_pending instead.
