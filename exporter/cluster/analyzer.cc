@@ -1641,13 +1641,20 @@ void Analyzer::RecomputeNode(const std::string& node) {
       }
     }
   }
-  // Pool series: set the new counts, drop the ones that went to zero.
+  // Series that went to zero stay at zero while the node publishes devices, and are dropped
+  // with its last device: prometheus-cpp's Family::Remove scans the whole family, too slow for
+  // every allocation of a large fleet.
+  auto devs = node_devices_.find(node);
+  const bool has_devices = devs != node_devices_.end() && !devs->second.empty();
   for (auto it = agg.pool_gauges.begin(); it != agg.pool_gauges.end();) {
-    if (pool.count(it->first) == 0) {
+    if (pool.count(it->first) > 0) {
+      ++it;
+    } else if (has_devices) {
+      it->second->Set(0);
+      ++it;
+    } else {
       pool_devices_.Remove(it->second);
       it = agg.pool_gauges.erase(it);
-    } else {
-      ++it;
     }
   }
   for (const auto& [labels, count] : pool) {
@@ -1665,11 +1672,14 @@ void Analyzer::RecomputeNode(const std::string& node) {
 
   GpuTally tally = TallyGpus(node);
   for (auto it = agg.gpu_gauges.begin(); it != agg.gpu_gauges.end();) {
-    if (tally.gpus.count(it->first) == 0) {
+    if (tally.gpus.count(it->first) > 0) {
+      ++it;
+    } else if (has_devices) {
+      it->second->Set(0);
+      ++it;
+    } else {
       gpus_.Remove(it->second);
       it = agg.gpu_gauges.erase(it);
-    } else {
-      ++it;
     }
   }
   for (const auto& [labels, value] : tally.gpus) {
