@@ -152,7 +152,7 @@ struct Analyzer::Claim {
   bool pending = false;
   bool seen_pending = false;
   std::optional<PendingReason> reason;
-  prometheus::Gauge* age = nullptr;
+  bool age = false;  // has a pending age series
   telemetry::SpanPtr span;
 };
 
@@ -196,7 +196,7 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
                    AnalyzerOptions options)
     : claims_(telemetry::BuildGauge(registry, "dralens_cluster_claims")),
       pending_claims_(telemetry::BuildGauge(registry, "dralens_cluster_pending_claims")),
-      pending_age_(telemetry::BuildGauge(registry, "dralens_cluster_pending_claim_age_seconds")),
+      pending_ages_(std::make_shared<ObjectSeries>("dralens_cluster_pending_claim_age_seconds")),
       allocation_latency_(
           telemetry::BuildHistogram(registry, "dralens_cluster_allocation_latency_seconds")),
       transitions_(telemetry::BuildCounter(registry, "dralens_cluster_claim_transitions_total")),
@@ -1055,22 +1055,27 @@ void Analyzer::UpdatePendingSeries(Claim& claim) {
     if (claim.reason.has_value()) {
       count(*claim.reason, -1);
     }
-    if (claim.age != nullptr) {
-      pending_age_.Remove(claim.age);
-      claim.age = nullptr;
+    if (claim.age) {
+      pending_ages_->Erase(claim.key);
+      claim.age = false;
     }
     if (reason.has_value()) {
       count(*reason, +1);
-      claim.age = &pending_age_.Add({{"namespace", claim.ns},
-                                     {"claim", claim.name},
-                                     {"device_class", claim.device_class},
-                                     {"reason", std::string(ToString(*reason))}});
+      // Labels in name order, as a registry family would give them.
+      pending_ages_->Set(claim.key,
+                         {{"claim", claim.name},
+                          {"device_class", claim.device_class},
+                          {"namespace", claim.ns},
+                          {"reason", std::string(ToString(*reason))}},
+                         0);
+      claim.age = true;
       claim.span->AddEvent("pending", {{"reason", std::string(ToString(*reason))}});
     }
     claim.reason = reason;
   }
-  if (claim.age != nullptr) {
-    claim.age->Set(std::max(0.0, absl::ToDoubleSeconds(clock_.Now() - claim.created)));
+  if (claim.age) {
+    pending_ages_->SetValue(claim.key,
+                            std::max(0.0, absl::ToDoubleSeconds(clock_.Now() - claim.created)));
   }
 }
 
@@ -1791,8 +1796,8 @@ void Analyzer::Tick() {
   }
   for (const Key& key : pending_) {
     Claim& claim = *claims_by_key_.at(key);
-    if (claim.age != nullptr) {
-      claim.age->Set(std::max(0.0, absl::ToDoubleSeconds(now - claim.created)));
+    if (claim.age) {
+      pending_ages_->SetValue(claim.key, std::max(0.0, absl::ToDoubleSeconds(now - claim.created)));
     }
   }
 }

@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/findings.h"
+#include "exporter/cluster/object_series.h"
 #include "exporter/cluster/pricing.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -100,6 +101,12 @@ class Analyzer {
   // The current pending verdict of a claim ("ns/name"), for tests and /debug.
   std::optional<PendingReason> PendingReasonOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<ClaimState> StateOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The per-object series that live outside the registry given to the constructor
+  // (dralens_cluster_pending_claim_age_seconds); the metrics server collects them beside it.
+  std::shared_ptr<const prometheus::Collectable> ObjectSeriesCollectable() const {
+    return pending_ages_;
+  }
 
  private:
   struct Device;
@@ -184,7 +191,7 @@ class Analyzer {
 
   prometheus::Family<prometheus::Gauge>& claims_;
   prometheus::Family<prometheus::Gauge>& pending_claims_;
-  prometheus::Family<prometheus::Gauge>& pending_age_;
+  const std::shared_ptr<ObjectSeries> pending_ages_;  // one series per pending claim
   prometheus::Family<prometheus::Histogram>& allocation_latency_;
   prometheus::Family<prometheus::Counter>& transitions_;
   prometheus::Family<prometheus::Gauge>& pool_devices_;

@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   role->analyzer_ = std::make_unique<exporter::cluster::Analyzer>(*role->cluster_registry_, tracer,
                                                                   std::move(analyzer_options));
   role->gate_ = std::make_unique<exporter::cluster::LeaderGate>(role->cluster_registry_, registry);
+  role->gate_->AddCollectable(role->analyzer_->ObjectSeriesCollectable());
 
   ClusterRole* self = role.get();
   role->watch_ =

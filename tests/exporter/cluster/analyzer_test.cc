@@ -125,6 +125,9 @@ class ScenarioTest : public ::testing::Test {
   }
 
   double Get(const std::string& family, const std::map<std::string, std::string>& labels) {
+    if (family == "dralens_cluster_pending_claim_age_seconds") {
+      return Value(*analyzer_->ObjectSeriesCollectable(), family, labels);
+    }
     return Value(registry_, family, labels);
   }
 
