@@ -3,10 +3,10 @@
 // It holds the decoded claims, slices, classes, pods and nodes and, after every event, updates
 // only what that event touches: the claim's own series, the devices and nodes whose state
 // changed, and the pending claims whose verdict could have moved. A scrape renders series that
-// are already set (dralens_cluster_* in the registry given to the constructor); nothing is
-// computed at scrape time. Tick() (called periodically) refreshes pending ages and accrues the
-// stranded GPU-seconds and their cost; accrual also happens whenever a series changes, so
-// the counters are exact at every event.
+// are already set (dralens_cluster_* in the registry given to the constructor, and the
+// per-claim age series in ObjectSeriesCollectable()); nothing is computed at scrape time. Tick()
+// (called periodically) refreshes pending ages and accrues the stranded GPU-seconds and their cost;
+// accrual also happens whenever a series changes, so the counters are exact at every event.
 //
 // How things are decided:
 //  - claim state: pending (no allocation), allocated, reserved (status.reservedFor set),

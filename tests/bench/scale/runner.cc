@@ -271,7 +271,7 @@ bool ScaleRun::WaitReady() {
     std::string body;
     last = Check(&body);
     const int64_t t1 = MonotonicNanos();
-    if (last.ok()) {
+    if (o_.allow_missing_families ? last.ok() : last.complete()) {
       // Kept for reading what else the binary exports (e.g. the per-device families).
       std::ofstream(absl::StrCat(o_.work_dir, "/metrics-at-ready.txt")) << body;
       r_.ready = true;
