@@ -46,6 +46,42 @@ std::string StringAttribute(const model::SliceDevice& device, absl::string_view 
   return *a->AsString();
 }
 
+// Counters and capacities that count a GPU's MIG memory slices: the unit MIG placement is made
+// of (a GPU has 8, or 4 on an A30; every instance owns whole slices and no two share one).
+bool IsMemorySlice(absl::string_view name) {
+  return absl::StartsWith(name, "memory-slice") || absl::StartsWith(name, "memorySlice");
+}
+
+// The share of `capacity` that `used` takes, by the rule of docs/cluster.md: memory slices
+// when the set counts them, else memory, else the scarcest counter.
+double ShareOf(const std::map<std::string, double>& capacity,
+               const std::map<std::string, double>& used) {
+  auto ratio = [](double u, double c) { return c > kEpsilon ? std::clamp(u / c, 0.0, 1.0) : 0.0; };
+  double slices = 0, slices_used = 0;
+  for (const auto& [name, value] : capacity) {
+    if (IsMemorySlice(name)) {
+      slices += value;
+      if (auto u = used.find(name); u != used.end()) {
+        slices_used += u->second;
+      }
+    }
+  }
+  if (slices > kEpsilon) {
+    return ratio(slices_used, slices);
+  }
+  if (auto m = capacity.find("memory"); m != capacity.end()) {
+    auto u = used.find("memory");
+    return ratio(u == used.end() ? 0 : u->second, m->second);
+  }
+  double share = 0;
+  for (const auto& [name, value] : capacity) {
+    if (auto u = used.find(name); u != used.end()) {
+      share = std::max(share, ratio(u->second, value));
+    }
+  }
+  return share;
+}
+
 bool Blocking(const model::DeviceTaint& taint) {
   return taint.effect == "NoSchedule" || taint.effect == "NoExecute";
 }
@@ -71,6 +107,14 @@ struct Analyzer::Device {
   model::SliceDevice spec;
   bool tainted = false;  // a NoSchedule/NoExecute taint
   bool multi = false;    // allowMultipleAllocations
+  // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
+  // else the device itself. Devices with the same key are one GPU.
+  std::string gpu;
+  // Without counters: its weight among the devices of its GPU (memory slices, else memory).
+  double weight = 1;
+  std::map<std::string, double> capacity;
+  bool counted = false;       // its part is in the leaves' counts
+  bool counted_free = false;  // counted as free (not held, not blocked, node up)
   std::vector<std::pair<std::string, std::map<std::string, double>>> consumes;  // set key
   std::vector<std::string> classes;          // classes it surely matches
   std::vector<std::string> unknown_classes;  // classes whose selectors it cannot judge
@@ -108,7 +152,7 @@ struct Analyzer::Claim {
   bool pending = false;
   bool seen_pending = false;
   std::optional<PendingReason> reason;
-  prometheus::Gauge* age = nullptr;
+  bool age = false;  // has a pending age series
   telemetry::SpanPtr span;
 };
 
@@ -116,17 +160,34 @@ struct Analyzer::Series {
   prometheus::Gauge* gauge = nullptr;
   prometheus::Counter* seconds = nullptr;
   prometheus::Counter* cost = nullptr;
-  std::string device_class;
-  std::map<std::string, int> products;
-  int total = 0;
+  double price_per_second = 0;
+  double gpus = 0;
   absl::Time last;
 };
 
 struct Analyzer::NodeAggregate {
   std::map<std::vector<std::string>, int> pool;  // driver, class, product, state
   std::map<std::vector<std::string>, prometheus::Gauge*> pool_gauges;
-  std::set<std::vector<std::string>> stranded;                       // kind, class
-  std::map<std::vector<std::string>, prometheus::Gauge*> placeable;  // gpu, profile
+  std::map<std::vector<std::string>, prometheus::Gauge*> gpu_gauges;  // driver, product, state
+  std::set<std::vector<std::string>> stranded;                        // kind, product, class
+  std::map<std::vector<std::string>, prometheus::Gauge*> placeable;   // gpu, profile
+};
+
+struct Analyzer::PendingShape {
+  std::shared_ptr<Request> request;
+  std::set<std::pair<absl::Time, Key>> claims;  // (created, key): oldest first
+};
+
+struct Analyzer::LeafCounts {
+  std::shared_ptr<Request> request;
+  std::set<std::string> shapes;  // signatures of the pending shapes that use it
+  int64_t unknown = 0, matching = 0, untainted = 0, free = 0;
+  std::optional<PendingReason> last;  // the reason the pending claims were last given
+};
+
+struct Analyzer::GpuTally {
+  std::map<std::vector<std::string>, double> gpus;      // driver, product, state
+  std::map<std::vector<std::string>, double> stranded;  // kind, product, class
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -135,20 +196,22 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
                    AnalyzerOptions options)
     : claims_(telemetry::BuildGauge(registry, "dralens_cluster_claims")),
       pending_claims_(telemetry::BuildGauge(registry, "dralens_cluster_pending_claims")),
-      pending_age_(telemetry::BuildGauge(registry, "dralens_cluster_pending_claim_age_seconds")),
+      pending_ages_(std::make_shared<ObjectSeries>("dralens_cluster_pending_claim_age_seconds")),
       allocation_latency_(
           telemetry::BuildHistogram(registry, "dralens_cluster_allocation_latency_seconds")),
       transitions_(telemetry::BuildCounter(registry, "dralens_cluster_claim_transitions_total")),
       pool_devices_(telemetry::BuildGauge(registry, "dralens_cluster_pool_devices")),
-      stranded_devices_(telemetry::BuildGauge(registry, "dralens_cluster_stranded_devices")),
+      gpus_(telemetry::BuildGauge(registry, "dralens_cluster_gpus")),
+      stranded_gpus_(telemetry::BuildGauge(registry, "dralens_cluster_stranded_gpus")),
       stranded_seconds_(
-          telemetry::BuildCounter(registry, "dralens_cluster_stranded_device_seconds_total")),
+          telemetry::BuildCounter(registry, "dralens_cluster_stranded_gpu_seconds_total")),
       stranded_cost_(telemetry::BuildCounter(registry, "dralens_cluster_stranded_cost_total")),
       mig_placeable_(telemetry::BuildGauge(registry, "dralens_cluster_mig_placeable")),
       tracer_(tracer),
       prices_(std::move(options.prices)),
       clock_(options.clock != nullptr ? *options.clock : common::RealClock()) {
   absl::MutexLock lock(&mu_);
+  deriving_ = !options.derive_after_sync;
   for (Transition t : {Transition::kCreated, Transition::kAllocated, Transition::kReserved,
                        Transition::kInUse, Transition::kReleased, Transition::kDeleted}) {
     transition_counters_[t] = &transitions_.Add({{"to", std::string(ToString(t))}});
@@ -315,6 +378,11 @@ void Analyzer::RecountCounters(const std::string& set_key) {
     }
   }
   dirty_nodes_.insert(set.node);
+  for (const Key& key : set.devices) {
+    if (auto dev = devices_.find(key); dev != devices_.end()) {
+      RefreshFree(*dev->second);
+    }
+  }
 }
 
 void Analyzer::MarkDeviceDirty(const Device& device) { dirty_nodes_.insert(device.node); }
@@ -329,6 +397,7 @@ void Analyzer::AllocationChanged(const Key& device_key) {
   for (const auto& [set_key, counters] : it->second->consumes) {
     RecountCounters(set_key);
   }
+  RefreshFree(*it->second);
 }
 
 void Analyzer::MarkAllNodesDirty() {
@@ -342,7 +411,7 @@ void Analyzer::MarkAllNodesDirty() {
 
 // --- slices, classes, nodes ------------------------------------------------------------------
 
-void Analyzer::RemoveSliceLocked(const std::string& name) {
+void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>& touched) {
   auto it = slices_.find(name);
   if (it == slices_.end()) {
     return;
@@ -353,9 +422,11 @@ void Analyzer::RemoveSliceLocked(const std::string& name) {
       continue;  // republished by another slice of the pool meanwhile
     }
     Device& d = *dev->second;
+    CountDevice(d, -1);
     UnclassifyDevice(d);
     node_devices_[d.node].erase(key);
     dirty_nodes_.insert(d.node);
+    touched.insert(d.node);
     for (const auto& [set_key, counters] : d.consumes) {
       if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
         set->second->devices.erase(key);
@@ -367,6 +438,7 @@ void Analyzer::RemoveSliceLocked(const std::string& name) {
     auto set = counter_sets_.find(set_key);
     if (set != counter_sets_.end() && set->second->slice == name) {
       dirty_nodes_.insert(set->second->node);
+      touched.insert(set->second->node);
       counter_sets_.erase(set);
     }
   }
@@ -394,7 +466,8 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       }
     }
   }
-  RemoveSliceLocked(name);
+  std::set<std::string> touched;
+  RemoveSliceLocked(name, touched);
   const model::ResourceSliceSpec& spec = slice.spec;
   const std::string slice_node = spec.node_name.value_or("");
   std::vector<Key> keys;
@@ -432,12 +505,35 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       std::string set_key = DeviceKey(spec.driver, spec.pool.name, c.counter_set);
       d->consumes.emplace_back(set_key, std::move(counters));
     }
+    double slices = 0;
+    for (const auto& [name, value] : sd.capacity) {
+      d->capacity[name] = value.value.AsApproximateDouble();
+      if (IsMemorySlice(name)) {
+        slices += d->capacity[name];
+      }
+    }
+    if (slices > 0) {
+      d->weight = slices;
+    } else if (auto m = d->capacity.find("memory"); m != d->capacity.end() && m->second > 0) {
+      d->weight = m->second;
+    }
+    if (!d->consumes.empty()) {
+      d->gpu = absl::StrCat("counters\x1f", d->consumes.front().first);
+    } else if (std::string parent = StringAttribute(sd, "parentUUID"); !parent.empty()) {
+      d->gpu = absl::StrCat("uuid\x1f", spec.driver, "\x1f", parent);
+    } else if (std::string uuid = StringAttribute(sd, "uuid"); !uuid.empty()) {
+      d->gpu = absl::StrCat("uuid\x1f", spec.driver, "\x1f", uuid);
+    } else {
+      d->gpu = absl::StrCat("device\x1f", d->key);
+    }
     if (auto old = old_specs.find(d->key); old != old_specs.end() && old->second == sd) {
       d->verdicts = std::move(kept[d->key]);
     }
     if (auto existing = devices_.find(d->key); existing != devices_.end()) {
       // The device moved here from another slice of the pool.
       Device& e = *existing->second;
+      CountDevice(e, -1);
+      touched.insert(e.node);
       UnclassifyDevice(e);
       node_devices_[e.node].erase(e.key);
       dirty_nodes_.insert(e.node);
@@ -473,6 +569,17 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       RecountCounters(set_key);
     }
   }
+  touched.insert(slice_node);
+  for (const Key& key : keys) {
+    Device& d = *devices_[key];
+    touched.insert(d.node);
+    d.counted_free = !DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node);
+    CountDevice(d, +1);
+  }
+  // Devices of other slices whose counters this one publishes or frees.
+  for (const std::string& node : touched) {
+    RefreshNodeDevices(node);
+  }
   slices_[name] = {std::move(keys), std::move(set_keys)};
   capacity_changed_ = true;
   Flush();
@@ -480,7 +587,11 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
 
 void Analyzer::DeleteSlice(const std::string& name) {
   absl::MutexLock lock(&mu_);
-  RemoveSliceLocked(name);
+  std::set<std::string> touched;
+  RemoveSliceLocked(name, touched);
+  for (const std::string& node : touched) {
+    RefreshNodeDevices(node);
+  }
   Flush();
 }
 
@@ -500,6 +611,9 @@ void Analyzer::UpsertClass(const model::DeviceClass& device_class) {
   for (auto& [key, device] : devices_) {
     ClassifyDevice(*device);
   }
+  for (auto& [signature, leaf] : leaves_) {
+    RecountLeaf(*leaf);
+  }
   capacity_changed_ = true;
   pending_shape_changed_ = true;
   MarkAllNodesDirty();
@@ -516,6 +630,9 @@ void Analyzer::DeleteClass(const std::string& name) {
   }
   class_devices_.erase(name);
   class_unknown_.erase(name);
+  for (auto& [signature, leaf] : leaves_) {
+    RecountLeaf(*leaf);
+  }
   capacity_changed_ = true;
   pending_shape_changed_ = true;
   MarkAllNodesDirty();
@@ -528,6 +645,7 @@ void Analyzer::UpsertNode(const NodeInfo& node) {
   bool changed = it == nodes_.end() || it->second.ready != node.ready;
   nodes_[node.name] = node;
   if (changed) {
+    RefreshNodeDevices(node.name);
     dirty_nodes_.insert(node.name);
     capacity_changed_ = true;
     Flush();
@@ -537,6 +655,7 @@ void Analyzer::UpsertNode(const NodeInfo& node) {
 void Analyzer::DeleteNode(const std::string& name) {
   absl::MutexLock lock(&mu_);
   if (nodes_.erase(name) > 0) {
+    RefreshNodeDevices(name);
     dirty_nodes_.insert(name);
     capacity_changed_ = true;
     Flush();
@@ -546,8 +665,23 @@ void Analyzer::DeleteNode(const std::string& name) {
 void Analyzer::SetNodesSynced() {
   absl::MutexLock lock(&mu_);
   nodes_synced_ = true;
+  for (auto& [key, device] : devices_) {
+    RefreshFree(*device);
+  }
   MarkAllNodesDirty();
   capacity_changed_ = true;
+  Flush();
+}
+
+void Analyzer::SetSynced() {
+  absl::MutexLock lock(&mu_);
+  if (deriving_) {
+    return;
+  }
+  deriving_ = true;
+  MarkAllNodesDirty();
+  capacity_changed_ = true;
+  rederive_all_ = true;
   Flush();
 }
 
@@ -855,9 +989,16 @@ void Analyzer::EnterPending(Claim& claim) {
     pending_shape_changed_ = true;
   }
   for (const auto& r : claim.requests) {
-    auto [it, inserted] = pending_requests_.emplace(r->signature, std::make_pair(r, 0));
-    if (it->second.second++ == 0) {
+    std::unique_ptr<PendingShape>& shape = pending_requests_[r->signature];
+    if (shape == nullptr) {
+      shape = std::make_unique<PendingShape>();
+      shape->request = r;
       pending_shape_changed_ = true;
+      RegisterShape(*shape, r->signature);
+    }
+    auto [it, inserted] = shape->claims.emplace(claim.created, claim.key);
+    if (inserted && it == shape->claims.begin()) {
+      oldest_pending_changed_ = true;
     }
   }
   UpdatePendingSeries(claim);
@@ -872,7 +1013,19 @@ void Analyzer::LeavePending(Claim& claim) {
   }
   for (const auto& r : claim.requests) {
     auto it = pending_requests_.find(r->signature);
-    if (it != pending_requests_.end() && --it->second.second == 0) {
+    if (it == pending_requests_.end()) {
+      continue;
+    }
+    std::set<std::pair<absl::Time, Key>>& claims = it->second->claims;
+    auto c = claims.find({claim.created, claim.key});
+    if (c != claims.end()) {
+      if (c == claims.begin()) {
+        oldest_pending_changed_ = true;
+      }
+      claims.erase(c);
+    }
+    if (claims.empty()) {
+      UnregisterShape(*it->second, it->first);
       pending_requests_.erase(it);
       pending_shape_changed_ = true;
     }
@@ -881,6 +1034,9 @@ void Analyzer::LeavePending(Claim& claim) {
 }
 
 void Analyzer::UpdatePendingSeries(Claim& claim) {
+  if (!deriving_) {
+    return;  // SetSynced() derives every pending claim's reason once
+  }
   std::optional<PendingReason> reason;
   if (claim.pending) {
     reason = ReasonOfClaim(claim);
@@ -899,22 +1055,27 @@ void Analyzer::UpdatePendingSeries(Claim& claim) {
     if (claim.reason.has_value()) {
       count(*claim.reason, -1);
     }
-    if (claim.age != nullptr) {
-      pending_age_.Remove(claim.age);
-      claim.age = nullptr;
+    if (claim.age) {
+      pending_ages_->Erase(claim.key);
+      claim.age = false;
     }
     if (reason.has_value()) {
       count(*reason, +1);
-      claim.age = &pending_age_.Add({{"namespace", claim.ns},
-                                     {"claim", claim.name},
-                                     {"device_class", claim.device_class},
-                                     {"reason", std::string(ToString(*reason))}});
+      // Labels in name order, as a registry family would give them.
+      pending_ages_->Set(claim.key,
+                         {{"claim", claim.name},
+                          {"device_class", claim.device_class},
+                          {"namespace", claim.ns},
+                          {"reason", std::string(ToString(*reason))}},
+                         0);
+      claim.age = true;
       claim.span->AddEvent("pending", {{"reason", std::string(ToString(*reason))}});
     }
     claim.reason = reason;
   }
-  if (claim.age != nullptr) {
-    claim.age->Set(std::max(0.0, absl::ToDoubleSeconds(clock_.Now() - claim.created)));
+  if (claim.age) {
+    pending_ages_->SetValue(claim.key,
+                            std::max(0.0, absl::ToDoubleSeconds(clock_.Now() - claim.created)));
   }
 }
 
@@ -951,9 +1112,14 @@ PendingReason Analyzer::ReasonOfRequest(const Request& request) {
     }
     return best;
   }
-  if (auto cached = reason_cache_.find(request.signature); cached != reason_cache_.end()) {
-    return cached->second;
+  if (auto leaf = leaves_.find(request.signature); leaf != leaves_.end()) {
+    return ReasonOfLeaf(*leaf->second);
   }
+  return ScanReason(request);
+}
+
+// The reason of a request that no pending claim holds (so it has no counts): one scan.
+PendingReason Analyzer::ScanReason(const Request& request) {
   PendingReason reason = PendingReason::kUnsatisfiable;
   auto cls = classes_.find(request.device_class);
   if (cls != classes_.end()) {
@@ -995,8 +1161,152 @@ PendingReason Analyzer::ReasonOfRequest(const Request& request) {
       reason = PendingReason::kWaitingForPod;
     }
   }
-  reason_cache_[request.signature] = reason;
   return reason;
+}
+
+// --- counts per pending request shape ------------------------------------------------------------
+
+int Analyzer::LeafMatch(const Request& leaf, Device& device) {
+  auto cls = classes_.find(leaf.device_class);
+  if (cls == classes_.end()) {
+    return 0;
+  }
+  cel::Verdict v = MatchesAll(device, cls->second);
+  if (v == cel::Verdict::kTrue) {
+    v = MatchesAll(device, leaf.selectors);
+  }
+  if (v == cel::Verdict::kFalse) {
+    return 0;
+  }
+  if (v == cel::Verdict::kUnknown) {
+    return 1;
+  }
+  for (const model::DeviceTaint& taint : device.spec.taints) {
+    if (Blocking(taint) &&
+        std::none_of(leaf.tolerations.begin(), leaf.tolerations.end(),
+                     [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
+      return 2;
+    }
+  }
+  return 3;
+}
+
+void Analyzer::CountDevice(Device& device, int sign) {
+  if ((sign > 0) == device.counted) {
+    return;
+  }
+  device.counted = sign > 0;
+  for (auto& [signature, leaf] : leaves_) {
+    const int m = LeafMatch(*leaf->request, device);
+    if (m == 0) {
+      continue;
+    }
+    leaf->unknown += sign * (m == 1);
+    leaf->matching += sign * (m >= 2);
+    leaf->untainted += sign * (m == 3);
+    leaf->free += sign * (m == 3 && device.counted_free);
+    dirty_leaves_.insert(signature);
+  }
+}
+
+void Analyzer::RefreshFree(Device& device) {
+  if (!device.counted) {
+    return;
+  }
+  const bool free = !DeviceAllocated(device) && !DeviceBlocked(device) && !NodeDown(device.node);
+  if (free == device.counted_free) {
+    return;
+  }
+  device.counted_free = free;
+  for (auto& [signature, leaf] : leaves_) {
+    if (LeafMatch(*leaf->request, device) == 3) {
+      leaf->free += free ? 1 : -1;
+      dirty_leaves_.insert(signature);
+    }
+  }
+}
+
+void Analyzer::RefreshNodeDevices(const std::string& node) {
+  auto devs = node_devices_.find(node);
+  if (devs == node_devices_.end()) {
+    return;
+  }
+  for (const Key& key : devs->second) {
+    RefreshFree(*devices_.at(key));
+  }
+}
+
+void Analyzer::RecountLeaf(LeafCounts& leaf) {
+  leaf.unknown = leaf.matching = leaf.untainted = leaf.free = 0;
+  for (const auto* index : {&class_devices_, &class_unknown_}) {
+    auto keys = index->find(leaf.request->device_class);
+    if (keys == index->end()) {
+      continue;
+    }
+    for (const Key& key : keys->second) {
+      Device& d = *devices_.at(key);
+      if (!d.counted) {
+        continue;
+      }
+      const int m = LeafMatch(*leaf.request, d);
+      leaf.unknown += m == 1;
+      leaf.matching += m >= 2;
+      leaf.untainted += m == 3;
+      leaf.free += m == 3 && d.counted_free;
+    }
+  }
+  dirty_leaves_.insert(leaf.request->signature);
+}
+
+PendingReason Analyzer::ReasonOfLeaf(const LeafCounts& leaf) const {
+  const Request& r = *leaf.request;
+  if (classes_.count(r.device_class) == 0) {
+    return PendingReason::kUnsatisfiable;
+  }
+  if (leaf.matching == 0 || (!r.all && leaf.matching < r.count)) {
+    return leaf.unknown > 0 ? PendingReason::kUnknown : PendingReason::kUnsatisfiable;
+  }
+  if (leaf.untainted == 0 || (!r.all && leaf.untainted < r.count)) {
+    return PendingReason::kTainted;
+  }
+  if (leaf.free < (r.all ? leaf.untainted : r.count)) {
+    return PendingReason::kNoCapacity;
+  }
+  return PendingReason::kWaitingForPod;
+}
+
+void Analyzer::RegisterShape(const PendingShape& shape, const std::string& signature) {
+  std::vector<std::shared_ptr<Request>> parts = shape.request->alternatives;
+  if (parts.empty()) {
+    parts.push_back(shape.request);
+  }
+  for (const std::shared_ptr<Request>& part : parts) {
+    std::unique_ptr<LeafCounts>& leaf = leaves_[part->signature];
+    if (leaf == nullptr) {
+      leaf = std::make_unique<LeafCounts>();
+      leaf->request = part;
+      RecountLeaf(*leaf);
+    }
+    leaf->shapes.insert(signature);
+  }
+}
+
+void Analyzer::UnregisterShape(const PendingShape& shape, const std::string& signature) {
+  std::vector<std::shared_ptr<Request>> parts = shape.request->alternatives;
+  if (parts.empty()) {
+    parts.push_back(shape.request);
+  }
+  for (const std::shared_ptr<Request>& part : parts) {
+    auto leaf = leaves_.find(part->signature);
+    if (leaf == leaves_.end()) {
+      continue;
+    }
+    leaf->second->shapes.erase(signature);
+    if (leaf->second->shapes.empty()) {
+      dirty_leaves_.erase(leaf->first);
+      leaves_.erase(leaf);
+    }
+  }
 }
 
 PendingReason Analyzer::ReasonOfClaim(const Claim& claim) {
@@ -1038,28 +1348,54 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
 // --- derived series ----------------------------------------------------------------------------
 
 void Analyzer::Flush() {
-  if (capacity_changed_ || pending_shape_changed_) {
-    // A claim's reason is a function of its requests' reasons, so when no pending request's
-    // reason moved, no claim's did: the common case of an allocation that crosses no
-    // threshold touches no claim. (Ages are refreshed by Tick.)
-    std::map<std::string, PendingReason> before;
-    before.swap(reason_cache_);
-    bool moved = pending_shape_changed_;
-    for (auto it = pending_requests_.begin(); !moved && it != pending_requests_.end(); ++it) {
-      auto was = before.find(it->first);
-      moved = was == before.end() || ReasonOfRequest(*it->second.first) != was->second;
+  if (!deriving_) {
+    return;  // the dirty state accumulates until SetSynced()
+  }
+  // A claim's reason is a function of its requests' reasons, so only the claims of a shape
+  // whose reason moved are touched: an allocation that crosses no threshold touches no claim.
+  // (Ages are refreshed by Tick.)
+  if (rederive_all_) {
+    rederive_all_ = false;
+    dirty_leaves_.clear();
+    for (auto& [signature, leaf] : leaves_) {
+      leaf->last = ReasonOfLeaf(*leaf);
     }
-    if (moved) {
-      for (const Key& key : pending_) {
-        UpdatePendingSeries(*claims_by_key_.at(key));
+    for (const Key& key : pending_) {
+      UpdatePendingSeries(*claims_by_key_.at(key));
+    }
+  } else if (!dirty_leaves_.empty()) {
+    std::set<std::string> dirty;
+    dirty.swap(dirty_leaves_);
+    std::set<std::string> shapes;
+    for (const std::string& signature : dirty) {
+      auto leaf = leaves_.find(signature);
+      if (leaf == leaves_.end()) {
+        continue;
+      }
+      const PendingReason reason = ReasonOfLeaf(*leaf->second);
+      if (leaf->second->last != reason) {
+        leaf->second->last = reason;
+        shapes.insert(leaf->second->shapes.begin(), leaf->second->shapes.end());
       }
     }
+    std::set<Key> claims;
+    for (const std::string& signature : shapes) {
+      if (auto shape = pending_requests_.find(signature); shape != pending_requests_.end()) {
+        for (const auto& [created, key] : shape->second->claims) {
+          claims.insert(key);
+        }
+      }
+    }
+    for (const Key& key : claims) {
+      UpdatePendingSeries(*claims_by_key_.at(key));
+    }
   }
-  if (pending_shape_changed_) {
+  if (pending_shape_changed_ || oldest_pending_changed_) {
     MarkAllNodesDirty();
   }
   capacity_changed_ = false;
   pending_shape_changed_ = false;
+  oldest_pending_changed_ = false;
   std::set<std::string> dirty;
   dirty.swap(dirty_nodes_);
   for (const std::string& node : dirty) {
@@ -1070,17 +1406,222 @@ void Analyzer::Flush() {
 void Analyzer::Accrue(Series& series, absl::Time now) {
   const double dt = absl::ToDoubleSeconds(now - series.last);
   series.last = now;
-  if (dt <= 0 || series.total == 0) {
+  if (dt <= 0 || series.gpus <= 0) {
     return;
   }
-  series.seconds->Increment(series.total * dt);
-  double cost = 0;
-  for (const auto& [product, count] : series.products) {
-    cost += count * prices_.PriceOf(series.device_class, product) / 3600.0 * dt;
-  }
+  series.seconds->Increment(series.gpus * dt);
+  const double cost = series.gpus * series.price_per_second * dt;
   if (cost > 0) {
     series.cost->Increment(cost);
   }
+}
+
+std::vector<std::pair<const Analyzer::Claim*, double>> Analyzer::HolderShares(
+    const Device& device) const {
+  std::vector<std::pair<const Claim*, double>> shares;
+  auto a = allocations_.find(device.key);
+  if (a == allocations_.end() || a->second.empty()) {
+    return shares;
+  }
+  if (!device.multi) {
+    // Whole-device allocations: several holders (admin access) split it evenly.
+    for (const auto& [claim_key, consumed] : a->second) {
+      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
+        shares.emplace_back(c->second.get(), 0);
+      }
+    }
+    for (auto& [claim, share] : shares) {
+      share = 1.0 / static_cast<double>(shares.size());
+    }
+    return shares;
+  }
+  // Shares of a device with allowMultipleAllocations: each holder's part of the capacity that
+  // is most consumed (the one that fills the device first).
+  std::map<std::string, double> total;
+  for (const auto& [claim_key, consumed] : a->second) {
+    for (const auto& [name, value] : consumed) {
+      total[name] += value;
+    }
+  }
+  std::string binding;
+  double most = -1;
+  for (const auto& [name, value] : total) {
+    auto cap = device.capacity.find(name);
+    if (cap != device.capacity.end() && cap->second > kEpsilon && value / cap->second > most) {
+      most = value / cap->second;
+      binding = name;
+    }
+  }
+  if (binding.empty()) {
+    return shares;  // nothing consumed that the device measures: no part of it is held
+  }
+  const double capacity = device.capacity.at(binding);
+  const double scale = most > 1 ? 1 / most : 1;  // over-committed: the device is full
+  for (const auto& [claim_key, consumed] : a->second) {
+    auto c = claims_by_key_.find(claim_key);
+    auto v = consumed.find(binding);
+    if (c != claims_by_key_.end() && v != consumed.end() && v->second > 0) {
+      shares.emplace_back(c->second.get(), v->second / capacity * scale);
+    }
+  }
+  return shares;
+}
+
+const Analyzer::Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& free) {
+  const std::pair<absl::Time, Key>* oldest = nullptr;
+  for (const auto& [signature, shape] : pending_requests_) {
+    const std::pair<absl::Time, Key>& first = *shape->claims.begin();
+    if (oldest != nullptr && !(first < *oldest)) {
+      continue;  // this shape's oldest claim could not win
+    }
+    for (Device* d : free) {
+      if (RequestFits(*shape->request, *d)) {
+        oldest = &first;
+        break;
+      }
+    }
+  }
+  if (oldest == nullptr) {
+    return nullptr;
+  }
+  auto c = claims_by_key_.find(oldest->second);
+  return c == claims_by_key_.end() ? nullptr : c->second.get();
+}
+
+Analyzer::GpuTally Analyzer::TallyGpus(const std::string& node) {
+  GpuTally tally;
+  auto devs = node_devices_.find(node);
+  if (devs == node_devices_.end()) {
+    return tally;
+  }
+  const bool down = NodeDown(node);
+  // Devices by physical GPU, in key order so that the result does not depend on hashing.
+  std::map<std::string, std::vector<Device*>> by_gpu;
+  for (const Key& key : devs->second) {
+    Device* d = devices_.at(key).get();
+    by_gpu[d->gpu].push_back(d);
+  }
+  const std::string kFree(ToString(GpuState::kFree));
+  const std::string kAllocated(ToString(GpuState::kAllocated));
+  const std::string kUnavailable(ToString(GpuState::kUnavailable));
+  for (auto& [gpu, devices] : by_gpu) {
+    std::sort(devices.begin(), devices.end(),
+              [](const Device* a, const Device* b) { return a->key < b->key; });
+    const Device& first = *devices.front();
+    const CounterSet* set = nullptr;
+    if (!first.consumes.empty()) {
+      if (auto it = counter_sets_.find(first.consumes.front().first); it != counter_sets_.end()) {
+        set = it->second.get();
+      }
+    }
+    double weights = 0;
+    for (const Device* d : devices) {
+      weights += d->weight;
+    }
+    // The GPU in parts: what each holder holds (unavailable when the device is tainted or the
+    // node down), and what is left.
+    struct Held {
+      const Claim* claim;
+      const std::string* device_class;  // of the request the device was allocated for
+      double gpus;
+      bool unavailable;
+    };
+    auto class_of = [](const Claim& claim, const Key& device) -> const std::string* {
+      for (const auto& [key, cls] : claim.devices) {
+        if (key == device && !cls.empty()) {
+          return &cls;
+        }
+      }
+      return &claim.device_class;
+    };
+    std::vector<Held> held;
+    double left_free = 0, left_unavailable = 0;
+    if (set != nullptr) {
+      // Partitionable: a device holds the share of the counter set it consumes.
+      double taken = 0;
+      bool usable = false;  // some device that nobody holds can still be allocated
+      for (const Device* d : devices) {
+        std::vector<std::pair<const Claim*, double>> holders = HolderShares(*d);
+        if (holders.empty()) {
+          usable = usable || !d->tainted;
+          continue;
+        }
+        std::map<std::string, double> consumed;
+        for (const auto& [set_key, counters] : d->consumes) {
+          if (set_key == set->key) {
+            for (const auto& [name, value] : counters) {
+              consumed[name] += value;
+            }
+          }
+        }
+        const double share = ShareOf(set->capacity, consumed);
+        for (const auto& [claim, part] : holders) {
+          const double gpus = std::min(share * part, std::max(0.0, 1 - taken));
+          taken += gpus;
+          held.push_back({claim, class_of(*claim, d->key), gpus, down || d->tainted});
+        }
+      }
+      const double left = std::max(0.0, 1 - taken);
+      (down || !usable ? left_unavailable : left_free) += left;
+    } else {
+      // Whole devices, or static MIG devices of one parent: each is its weight's share.
+      for (const Device* d : devices) {
+        const double part = weights > 0 ? d->weight / weights : 0;
+        double taken = 0;
+        for (const auto& [claim, share] : HolderShares(*d)) {
+          held.push_back({claim, class_of(*claim, d->key), part * share, down || d->tainted});
+          taken += part * share;
+        }
+        (down || d->tainted ? left_unavailable : left_free) += std::max(0.0, part - taken);
+      }
+    }
+
+    const std::string& product = first.product;
+    auto add_gpus = [&](const std::string& state, double value) {
+      if (value > 0) {
+        tally.gpus[{first.driver, product, state}] += value;
+      }
+    };
+    auto add_stranded = [&](StrandedKind kind, const std::string& cls, double value) {
+      if (value > 0) {
+        tally.stranded[{std::string(ToString(kind)), product, cls}] += value;
+      }
+    };
+    double allocated = 0;
+    for (const Held& h : held) {
+      if (h.unavailable) {
+        add_gpus(kUnavailable, h.gpus);
+        add_stranded(StrandedKind::kAdvertisedUnhealthy, *h.device_class, h.gpus);
+        continue;
+      }
+      add_gpus(kAllocated, h.gpus);
+      allocated += h.gpus;
+      if (h.claim->state != ClaimState::kInUse) {
+        add_stranded(StrandedKind::kAllocatedNotRunning, *h.device_class, h.gpus);
+      }
+    }
+    add_gpus(kUnavailable, left_unavailable);
+    add_stranded(StrandedKind::kAdvertisedUnhealthy, "", left_unavailable);
+    add_gpus(kFree, left_free);
+    if (left_free <= 0 || pending_requests_.empty()) {
+      continue;
+    }
+    // The free part: stranded while a pending claim could use one of its free devices.
+    std::vector<Device*> free;
+    bool mig = false;
+    for (Device* d : devices) {
+      mig = mig || d->type == "mig";
+      if (!d->tainted && DeviceFree(*d)) {
+        free.push_back(d);
+      }
+    }
+    if (const Claim* oldest = OldestPendingFor(free); oldest != nullptr) {
+      add_stranded(StrandedKind::kFreeWhilePending, oldest->device_class, left_free);
+    } else if (mig && (allocated > 0 || set == nullptr)) {
+      add_stranded(StrandedKind::kUnplaceableFragment, "", left_free);
+    }
+  }
+  return tally;
 }
 
 void Analyzer::RecomputeNode(const std::string& node) {
@@ -1089,9 +1630,7 @@ void Analyzer::RecomputeNode(const std::string& node) {
     slot = std::make_unique<NodeAggregate>();
   }
   NodeAggregate& agg = *slot;
-  const bool down = NodeDown(node);
   std::map<std::vector<std::string>, int> pool;
-  std::map<std::vector<std::string>, std::map<std::string, int>> stranded;
   static const std::vector<std::string> kNoClass = {""};
   if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
     for (const Key& key : devs->second) {
@@ -1105,55 +1644,22 @@ void Analyzer::RecomputeNode(const std::string& node) {
       for (const std::string& c : classes) {
         ++pool[{d.driver, c, d.product, std::string(ToString(state))}];
       }
-      std::set<std::pair<StrandedKind, std::string>> kinds;
-      if (auto a = allocations_.find(key); a != allocations_.end()) {
-        for (const auto& [claim_key, capacity] : a->second) {
-          auto c = claims_by_key_.find(claim_key);
-          if (c == claims_by_key_.end() || c->second->state == ClaimState::kInUse) {
-            continue;
-          }
-          for (const auto& [device, cls] : c->second->devices) {
-            if (device == key) {
-              kinds.insert({StrandedKind::kAllocatedNotRunning, cls});
-            }
-          }
-        }
-      }
-      if (d.tainted || down) {
-        for (const std::string& c : classes) {
-          kinds.insert({StrandedKind::kAdvertisedUnhealthy, c});
-        }
-      } else if (!allocated && !blocked) {
-        for (const std::string& c : d.classes) {
-          if (pending_per_class_.count(c) > 0) {
-            kinds.insert({StrandedKind::kFreeWhilePending, c});
-          }
-        }
-        if (d.type == "mig" && !pending_requests_.empty() &&
-            (allocations_.count(key) == 0 || allocations_[key].empty())) {
-          bool fits = false;
-          for (const auto& [signature, request] : pending_requests_) {
-            fits = fits || RequestFits(*request.first, d);
-          }
-          if (!fits) {
-            for (const std::string& c : classes) {
-              kinds.insert({StrandedKind::kUnplaceableFragment, c});
-            }
-          }
-        }
-      }
-      for (const auto& [kind, cls] : kinds) {
-        ++stranded[{std::string(ToString(kind)), cls}][d.product];
-      }
     }
   }
-  // Pool series: set the new counts, drop the ones that went to zero.
+  // Series that went to zero stay at zero while the node publishes devices, and are dropped
+  // with its last device: prometheus-cpp's Family::Remove scans the whole family, too slow for
+  // every allocation of a large fleet.
+  auto devs = node_devices_.find(node);
+  const bool has_devices = devs != node_devices_.end() && !devs->second.empty();
   for (auto it = agg.pool_gauges.begin(); it != agg.pool_gauges.end();) {
-    if (pool.count(it->first) == 0) {
+    if (pool.count(it->first) > 0) {
+      ++it;
+    } else if (has_devices) {
+      it->second->Set(0);
+      ++it;
+    } else {
       pool_devices_.Remove(it->second);
       it = agg.pool_gauges.erase(it);
-    } else {
-      ++it;
     }
   }
   for (const auto& [labels, count] : pool) {
@@ -1168,34 +1674,53 @@ void Analyzer::RecomputeNode(const std::string& node) {
     g->Set(count);
   }
   agg.pool = std::move(pool);
+
+  GpuTally tally = TallyGpus(node);
+  for (auto it = agg.gpu_gauges.begin(); it != agg.gpu_gauges.end();) {
+    if (tally.gpus.count(it->first) > 0) {
+      ++it;
+    } else if (has_devices) {
+      it->second->Set(0);
+      ++it;
+    } else {
+      gpus_.Remove(it->second);
+      it = agg.gpu_gauges.erase(it);
+    }
+  }
+  for (const auto& [labels, value] : tally.gpus) {
+    prometheus::Gauge*& g = agg.gpu_gauges[labels];
+    if (g == nullptr) {
+      g = &gpus_.Add(
+          {{"node", node}, {"driver", labels[0]}, {"product", labels[1]}, {"state", labels[2]}});
+    }
+    g->Set(value);
+  }
+
   // Stranded series: accrue what the old value earned, then switch to the new one.
   const absl::Time now = clock_.Now();
   std::set<std::vector<std::string>> keys = agg.stranded;
-  for (const auto& [labels, products] : stranded) {
+  for (const auto& [labels, value] : tally.stranded) {
     keys.insert(labels);
   }
   for (const std::vector<std::string>& labels : keys) {
-    std::unique_ptr<Series>& s = stranded_[{labels[0], node, labels[1]}];
+    std::unique_ptr<Series>& s = stranded_[{labels[0], node, labels[1], labels[2]}];
     if (s == nullptr) {
       s = std::make_unique<Series>();
-      prometheus::Labels l = {{"kind", labels[0]}, {"node", node}, {"device_class", labels[1]}};
-      s->gauge = &stranded_devices_.Add(l);
+      prometheus::Labels l = {
+          {"kind", labels[0]}, {"node", node}, {"product", labels[1]}, {"device_class", labels[2]}};
+      s->gauge = &stranded_gpus_.Add(l);
       s->seconds = &stranded_seconds_.Add(l);
       s->cost = &stranded_cost_.Add(l);
-      s->device_class = labels[1];
+      s->price_per_second = prices_.PriceOf(labels[2], labels[1]) / 3600.0;
       s->last = now;
     }
     Accrue(*s, now);
-    auto found = stranded.find(labels);
-    s->products = found == stranded.end() ? std::map<std::string, int>() : found->second;
-    s->total = 0;
-    for (const auto& [product, count] : s->products) {
-      s->total += count;
-    }
-    s->gauge->Set(s->total);
+    auto found = tally.stranded.find(labels);
+    s->gpus = found == tally.stranded.end() ? 0 : found->second;
+    s->gauge->Set(s->gpus);
   }
   agg.stranded.clear();
-  for (const auto& [labels, products] : stranded) {
+  for (const auto& [labels, value] : tally.stranded) {
     agg.stranded.insert(labels);
   }
   RecomputePlaceable(node);
@@ -1271,8 +1796,8 @@ void Analyzer::Tick() {
   }
   for (const Key& key : pending_) {
     Claim& claim = *claims_by_key_.at(key);
-    if (claim.age != nullptr) {
-      claim.age->Set(std::max(0.0, absl::ToDoubleSeconds(now - claim.created)));
+    if (claim.age) {
+      pending_ages_->SetValue(claim.key, std::max(0.0, absl::ToDoubleSeconds(now - claim.created)));
     }
   }
 }

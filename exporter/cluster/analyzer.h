@@ -3,10 +3,10 @@
 // It holds the decoded claims, slices, classes, pods and nodes and, after every event, updates
 // only what that event touches: the claim's own series, the devices and nodes whose state
 // changed, and the pending claims whose verdict could have moved. A scrape renders series that
-// are already set (dralens_cluster_* in the registry given to the constructor); nothing is
-// computed at scrape time. Tick() (called periodically) refreshes pending ages and accrues the
-// stranded device-seconds and their cost; accrual also happens whenever a series changes, so
-// the counters are exact at every event.
+// are already set (dralens_cluster_* in the registry given to the constructor, and the
+// per-claim age series in ObjectSeriesCollectable()); nothing is computed at scrape time. Tick()
+// (called periodically) refreshes pending ages and accrues the stranded GPU-seconds and their cost;
+// accrual also happens whenever a series changes, so the counters are exact at every event.
 //
 // How things are decided:
 //  - claim state: pending (no allocation), allocated, reserved (status.reservedFor set),
@@ -20,6 +20,10 @@
 //  - a device is allocated when a claim holds it; with allowMultipleAllocations, only when a
 //    consumed capacity reaches the device's value; a partitionable device whose shared
 //    counters are used up by other allocations counts as allocated too.
+//  - capacity and stranded capacity are counted in physical GPUs (docs/cluster.md): devices
+//    sharing a counter set, a parentUUID or a uuid are one GPU; a held device counts as the
+//    fraction of its GPU it takes (memory slices, or the consumed share of a capacity); each
+//    part is unavailable, allocated or free, and stranded under at most one kind and class.
 //
 // Thread-safe (one mutex): informer threads call the event methods concurrently.
 #pragma once
@@ -36,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/findings.h"
+#include "exporter/cluster/object_series.h"
 #include "exporter/cluster/pricing.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -60,6 +65,9 @@ struct AnalyzerOptions {
   PriceTable prices;
   // Clock for ages, latencies and device-seconds; must outlive the analyzer. Null: real clock.
   common::Clock* clock = nullptr;
+  // Keep what the initial LISTs deliver without deriving anything (pending reasons, node
+  // capacity, stranded series) until SetSynced(), which derives it all once.
+  bool derive_after_sync = false;
 };
 
 class Analyzer {
@@ -84,12 +92,21 @@ class Analyzer {
   // From now on a node that is not in the cache is gone (its devices are advertised while
   // its driver is down). Call once the Node informer has synced.
   void SetNodesSynced() ABSL_LOCKS_EXCLUDED(mu_);
+  // Every informer has synced: with derive_after_sync, derives the findings of everything
+  // received so far, once; from then on each event updates what it touches. Idempotent.
+  void SetSynced() ABSL_LOCKS_EXCLUDED(mu_);
   // Refreshes pending ages and accrues device-seconds and cost up to now.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The current pending verdict of a claim ("ns/name"), for tests and /debug.
   std::optional<PendingReason> PendingReasonOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<ClaimState> StateOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The per-object series that live outside the registry given to the constructor
+  // (dralens_cluster_pending_claim_age_seconds); the metrics server collects them beside it.
+  std::shared_ptr<const prometheus::Collectable> ObjectSeriesCollectable() const {
+    return pending_ages_;
+  }
 
  private:
   struct Device;
@@ -98,6 +115,9 @@ class Analyzer {
   struct Request;
   struct Series;
   struct NodeAggregate;
+  struct PendingShape;
+  struct GpuTally;
+  struct LeafCounts;
   using Key = std::string;
 
   // Selector evaluation, cached per (selector, device).
@@ -108,7 +128,9 @@ class Analyzer {
   void ClassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnclassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RequestFits(const Request& request, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveSliceLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a slice's devices and counter sets; adds the nodes they were on to `touched`.
+  void RemoveSliceLocked(const std::string& name, std::set<std::string>& touched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnterPending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeavePending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
@@ -126,6 +148,24 @@ class Analyzer {
   void AllocationChanged(const Key& device_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkDeviceDirty(const Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Counts per pending request shape, kept as devices come, go and change state, so that a
+  // reason is re-derived only when a count it depends on moves.
+  // How a device stands to a leaf request: 0 no match, 1 unknown, 2 matches but an untolerated
+  // taint blocks it, 3 matches.
+  int LeafMatch(const Request& leaf, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds (+1) or takes back (-1) a device's part in every leaf's counts.
+  void CountDevice(Device& device, int sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-reads whether a counted device is free, and moves the leaves' free counts if it changed.
+  void RefreshFree(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshNodeDevices(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecountLeaf(LeafCounts& leaf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PendingReason ReasonOfLeaf(const LeafCounts& leaf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PendingReason ScanReason(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RegisterShape(const PendingShape& shape, const std::string& signature)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnregisterShape(const PendingShape& shape, const std::string& signature)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Claims.
   ClaimState StateOfClaim(const Claim& claim) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshClaimState(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -139,15 +179,24 @@ class Analyzer {
   void Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputeNode(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputePlaceable(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The physical GPUs of a node, in GPU-equivalents by state and stranded kind.
+  GpuTally TallyGpus(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The holders of a device and the share of it each holds (summing to at most 1).
+  std::vector<std::pair<const Claim*, double>> HolderShares(const Device& device) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The longest-pending claim a request of which fits one of `free`, or null.
+  const Claim* OldestPendingFor(const std::vector<Device*>& free)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Accrue(Series& series, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   prometheus::Family<prometheus::Gauge>& claims_;
   prometheus::Family<prometheus::Gauge>& pending_claims_;
-  prometheus::Family<prometheus::Gauge>& pending_age_;
+  const std::shared_ptr<ObjectSeries> pending_ages_;  // one series per pending claim
   prometheus::Family<prometheus::Histogram>& allocation_latency_;
   prometheus::Family<prometheus::Counter>& transitions_;
   prometheus::Family<prometheus::Gauge>& pool_devices_;
-  prometheus::Family<prometheus::Gauge>& stranded_devices_;
+  prometheus::Family<prometheus::Gauge>& gpus_;
+  prometheus::Family<prometheus::Gauge>& stranded_gpus_;
   prometheus::Family<prometheus::Counter>& stranded_seconds_;
   prometheus::Family<prometheus::Counter>& stranded_cost_;
   prometheus::Family<prometheus::Gauge>& mig_placeable_;
@@ -172,6 +221,8 @@ class Analyzer {
   std::map<std::string, std::set<Key>> class_unknown_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   bool nodes_synced_ ABSL_GUARDED_BY(mu_) = false;
+  // False while derive_after_sync holds back derivation until SetSynced().
+  bool deriving_ ABSL_GUARDED_BY(mu_) = true;
 
   std::unordered_map<Key, std::unique_ptr<Claim>> claims_by_key_ ABSL_GUARDED_BY(mu_);
   // device key -> claim key -> consumed capacity (name -> value)
@@ -181,16 +232,22 @@ class Analyzer {
   std::unordered_map<Key, std::set<Key>> pod_claims_ ABSL_GUARDED_BY(mu_);  // pod -> reserving
   std::set<Key> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> pending_per_class_ ABSL_GUARDED_BY(mu_);
-  // Request shapes of the pending claims, with how many pending claims hold each.
-  std::map<std::string, std::pair<std::shared_ptr<Request>, int>> pending_requests_
-      ABSL_GUARDED_BY(mu_);
+  // Request shapes of the pending claims, with the pending claims that hold each, oldest first.
+  std::map<std::string, std::unique_ptr<PendingShape>> pending_requests_ ABSL_GUARDED_BY(mu_);
 
   // Dirty sets, applied by Flush().
   std::set<std::string> dirty_nodes_ ABSL_GUARDED_BY(mu_);
   bool capacity_changed_ ABSL_GUARDED_BY(mu_) = false;
   bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;
-  // Verdicts per request shape, valid until capacity changes.
-  std::map<std::string, PendingReason> reason_cache_ ABSL_GUARDED_BY(mu_);
+  // The longest-pending claim of some request shape changed: free_while_pending attribution
+  // may move on any node.
+  bool oldest_pending_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Leaf requests (a request, or one alternative of a firstAvailable request) of the pending
+  // shapes, by signature, with their counts; the ones whose counts moved since the last Flush.
+  std::map<std::string, std::unique_ptr<LeafCounts>> leaves_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_leaves_ ABSL_GUARDED_BY(mu_);
+  // Re-derive every pending claim's reason at the next Flush (after the initial sync).
+  bool rederive_all_ ABSL_GUARDED_BY(mu_) = false;
 
   // Aggregated series.
   std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> claim_counts_

@@ -44,6 +44,18 @@ absl::string_view ToString(PoolState state) {
   return "free";
 }
 
+absl::string_view ToString(GpuState state) {
+  switch (state) {
+    case GpuState::kFree:
+      return "free";
+    case GpuState::kAllocated:
+      return "allocated";
+    case GpuState::kUnavailable:
+      return "unavailable";
+  }
+  return "free";
+}
+
 absl::string_view ToString(StrandedKind kind) {
   switch (kind) {
     case StrandedKind::kAllocatedNotRunning:

@@ -25,6 +25,11 @@ absl::string_view ToString(PendingReason reason);
 enum class PoolState { kFree, kAllocated, kTainted };
 absl::string_view ToString(PoolState state);
 
+// dralens_cluster_gpus{state}: unavailable (tainted NoSchedule/NoExecute, or its Node is
+// NotReady or gone) wins over allocated.
+enum class GpuState { kFree, kAllocated, kUnavailable };
+absl::string_view ToString(GpuState state);
+
 // dralens_cluster_stranded_*{kind}.
 enum class StrandedKind {
   kAllocatedNotRunning,

@@ -17,11 +17,21 @@ void LeaderGate::SetLeader(bool leader) {
   leader_gauge_.Set(leader ? 1 : 0);
 }
 
+void LeaderGate::AddCollectable(std::shared_ptr<const prometheus::Collectable> collectable) {
+  extra_.push_back(std::move(collectable));
+}
+
 std::vector<prometheus::MetricFamily> LeaderGate::Collect() const {
   if (!leader_.load()) {
     return {};
   }
-  return cluster_->Collect();
+  std::vector<prometheus::MetricFamily> families = cluster_->Collect();
+  for (const auto& collectable : extra_) {
+    for (prometheus::MetricFamily& family : collectable->Collect()) {
+      families.push_back(std::move(family));
+    }
+  }
+  return families;
 }
 
 }  // namespace dralens::exporter::cluster

@@ -23,6 +23,9 @@ class LeaderGate : public prometheus::Collectable {
   LeaderGate(std::shared_ptr<prometheus::Registry> cluster, prometheus::Registry& process);
 
   void SetLeader(bool leader);
+  // Also exports `collectable` (per-object series kept outside the cluster registry) while
+  // leading. Call before the gate is collected.
+  void AddCollectable(std::shared_ptr<const prometheus::Collectable> collectable);
   bool leader() const { return leader_.load(); }
 
   // prometheus::Collectable
@@ -30,6 +33,7 @@ class LeaderGate : public prometheus::Collectable {
 
  private:
   std::shared_ptr<prometheus::Registry> cluster_;
+  std::vector<std::shared_ptr<const prometheus::Collectable>> extra_;
   prometheus::Gauge& leader_gauge_;
   std::atomic<bool> leader_{false};
 };

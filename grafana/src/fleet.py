@@ -4,52 +4,60 @@ from generate import bargauge, dashboard, row, self_monitoring, stat, table, tim
 DASHBOARD = dashboard(
     uid="dralens-fleet",
     title="dralens / Fleet",
-    description=("GPU capacity across the cluster: published, allocated, pending and stranded "
-                 "devices with their cost, by node and DeviceClass. Fed by the dralens cluster "
-                 "role."),
+    description=("GPU capacity across the cluster in physical GPUs: free, allocated, "
+                 "unavailable, pending claims and stranded GPUs with their cost, by node, "
+                 "product and DeviceClass. Fed by the dralens cluster role."),
     tags=["fleet"],
     variable_metric="dralens_cluster_leader",
     rows=[
         row("Capacity", [
-            stat("Published devices",
-                "Devices published in ResourceSlices across the cluster "
-                "(dralens_cluster_pool_devices). A device that matches several DeviceClasses "
-                "counts once in each.",
-                "sum(dralens_cluster_pool_devices{S})"),
-            stat("Allocated",
-                "Published devices allocated to a claim (state allocated). A device that "
-                "matches several DeviceClasses counts once in each.",
-                'sum(dralens_cluster_pool_devices{S, state="allocated"})'),
-            stat("Free",
-                "Published devices no claim holds (state free). A device that matches several "
-                "DeviceClasses counts once in each.",
-                'sum(dralens_cluster_pool_devices{S, state="free"})'),
+            stat("GPUs",
+                "Physical GPUs across the cluster, each counted once whatever it is published "
+                "as (full device, MIG instances, partitionable, shares) and whatever classes "
+                "it matches (dralens_cluster_gpus).",
+                "sum(dralens_cluster_gpus{S})"),
+            stat("Allocated GPUs",
+                "GPU-equivalents held by claims; a MIG instance or share counts as its fraction "
+                "of its GPU (dralens_cluster_gpus, state allocated).",
+                'sum(dralens_cluster_gpus{S, state="allocated"})',
+                decimals=2),
+            stat("Free GPUs",
+                "GPU-equivalents no claim holds on healthy, Ready nodes "
+                "(dralens_cluster_gpus, state free).",
+                'sum(dralens_cluster_gpus{S, state="free"})',
+                decimals=2),
+            stat("Unavailable GPUs",
+                "GPU-equivalents tainted NoSchedule/NoExecute or on a NotReady or gone node "
+                "(dralens_cluster_gpus, state unavailable).",
+                'sum(dralens_cluster_gpus{S, state="unavailable"})',
+                decimals=2),
             stat("Pending claims",
                 "ResourceClaims not yet allocated, for any reason "
                 "(dralens_cluster_pending_claims).",
                 "sum(dralens_cluster_pending_claims{S})"),
-            stat("Stranded devices",
-                "Devices stranded right now, all kinds together "
-                "(dralens_cluster_stranded_devices).",
-                "sum(dralens_cluster_stranded_devices{S})"),
+            stat("Stranded GPUs",
+                "GPU-equivalents stranded right now, all kinds together; each part of a GPU "
+                "is under one kind (dralens_cluster_stranded_gpus).",
+                "sum(dralens_cluster_stranded_gpus{S})",
+                decimals=2),
             stat("Stranded cost in range",
-                "Cost of stranded device-seconds over the dashboard's time range, at the "
-                "configured price per device-hour, in the price's currency "
+                "Cost of stranded GPU-seconds over the dashboard's time range, at the "
+                "configured price per GPU-hour, in the price's currency "
                 "(dralens_cluster_stranded_cost_total).",
                 "sum(increase(dralens_cluster_stranded_cost_total{S}[$__range]))",
                 unit="none",
                 decimals=2),
-            timeseries("Devices by class and state",
-                "Published devices per DeviceClass and state: free, allocated or tainted "
-                "(dralens_cluster_pool_devices).",
-                [("sum by (device_class, state) (dralens_cluster_pool_devices{S})",
-                  "{{device_class}} {{state}}")]),
-            table("Devices by node",
-                "Published devices per node, DeviceClass, product and state, now "
-                "(dralens_cluster_pool_devices).",
-                "sum by (node, device_class, product, state) (dralens_cluster_pool_devices{S})",
-                "Devices",
-                columns={"node": "Node", "device_class": "Class", "product": "Product", "state": "State"}),
+            timeseries("GPUs by product and state",
+                "Physical GPUs per product and state: free, allocated or unavailable "
+                "(dralens_cluster_gpus).",
+                [("sum by (product, state) (dralens_cluster_gpus{S})",
+                  "{{product}} {{state}}")],
+                stack=True),
+            table("GPUs by node",
+                "Physical GPUs per node, product and state, now (dralens_cluster_gpus).",
+                "sum by (node, product, state) (dralens_cluster_gpus{S})",
+                "GPUs",
+                columns={"node": "Node", "product": "Product", "state": "State"}),
         ]),
         row("Pending and stranded", [
             timeseries("Pending claims by class and reason",
@@ -57,20 +65,21 @@ DASHBOARD = dashboard(
                 "no_capacity, unsatisfiable, tainted, unknown (dralens_cluster_pending_claims).",
                 [("sum by (device_class, reason) (dralens_cluster_pending_claims{S})",
                   "{{device_class}} {{reason}}")]),
-            timeseries("Stranded devices by kind and class",
-                "Devices stranded right now by kind (allocated_not_running, "
-                "free_while_pending, unplaceable_fragment, advertised_unhealthy) and "
-                "DeviceClass (dralens_cluster_stranded_devices).",
-                [("sum by (kind, device_class) (dralens_cluster_stranded_devices{S})",
+            timeseries("Stranded GPUs by kind and class",
+                "GPU-equivalents stranded right now by kind (advertised_unhealthy, "
+                "allocated_not_running, free_while_pending, unplaceable_fragment) and the "
+                "DeviceClass they are attributed to (dralens_cluster_stranded_gpus).",
+                [("sum by (kind, device_class) (dralens_cluster_stranded_gpus{S})",
                   "{{kind}} {{device_class}}")],
                 stack=True),
-            timeseries("Stranded devices by node",
-                "Devices stranded right now per node and kind (dralens_cluster_stranded_devices).",
-                [("sum by (node, kind) (dralens_cluster_stranded_devices{S})",
+            timeseries("Stranded GPUs by node",
+                "GPU-equivalents stranded right now per node and kind "
+                "(dralens_cluster_stranded_gpus).",
+                [("sum by (node, kind) (dralens_cluster_stranded_gpus{S})",
                   "{{node}} {{kind}}")],
                 stack=True),
             timeseries("Stranded cost per hour",
-                "Cost per hour of stranded capacity by kind and DeviceClass, in the configured "
+                "Cost per hour of stranded GPUs by kind and DeviceClass, in the configured "
                 "price's currency (rate of dralens_cluster_stranded_cost_total times 3600).",
                 [("sum by (kind, device_class) "
                   "(rate(dralens_cluster_stranded_cost_total{S}[$__rate_interval])) * 3600",
@@ -78,20 +87,22 @@ DASHBOARD = dashboard(
                 unit="none",
                 stack=True),
             table("Stranded cost by node in range",
-                "Cost of stranded device-seconds over the dashboard's time range per node, "
-                "DeviceClass and kind (dralens_cluster_stranded_cost_total).",
-                "sum by (node, device_class, kind) "
+                "Cost of stranded GPU-seconds over the dashboard's time range per node, "
+                "product, DeviceClass and kind (dralens_cluster_stranded_cost_total).",
+                "sum by (node, product, device_class, kind) "
                 "(increase(dralens_cluster_stranded_cost_total{S}[$__range]))",
                 "Cost",
-                columns={"node": "Node", "device_class": "Class", "kind": "Kind"},
+                columns={"node": "Node", "product": "Product", "device_class": "Class",
+                         "kind": "Kind"},
                 unit="none"),
-            table("Stranded device-hours by node in range",
-                "Device-hours spent stranded over the dashboard's time range per node, "
-                "DeviceClass and kind (dralens_cluster_stranded_device_seconds_total).",
-                "sum by (node, device_class, kind) "
-                "(increase(dralens_cluster_stranded_device_seconds_total{S}[$__range])) / 3600",
-                "Device-hours",
-                columns={"node": "Node", "device_class": "Class", "kind": "Kind"},
+            table("Stranded GPU-hours by node in range",
+                "GPU-hours spent stranded over the dashboard's time range per node, product, "
+                "DeviceClass and kind (dralens_cluster_stranded_gpu_seconds_total).",
+                "sum by (node, product, device_class, kind) "
+                "(increase(dralens_cluster_stranded_gpu_seconds_total{S}[$__range])) / 3600",
+                "GPU-hours",
+                columns={"node": "Node", "product": "Product", "device_class": "Class",
+                         "kind": "Kind"},
                 unit="h"),
             bargauge("MIG instances placeable per profile",
                 "How many more instances of each MIG profile still fit, summed over every GPU "

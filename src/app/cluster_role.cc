@@ -24,9 +24,11 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   role->cluster_registry_ = std::make_shared<prometheus::Registry>();
   exporter::cluster::AnalyzerOptions analyzer_options;
   analyzer_options.prices = std::move(prices);
+  analyzer_options.derive_after_sync = true;
   role->analyzer_ = std::make_unique<exporter::cluster::Analyzer>(*role->cluster_registry_, tracer,
                                                                   std::move(analyzer_options));
   role->gate_ = std::make_unique<exporter::cluster::LeaderGate>(role->cluster_registry_, registry);
+  role->gate_->AddCollectable(role->analyzer_->ObjectSeriesCollectable());
 
   ClusterRole* self = role.get();
   role->watch_ =
@@ -36,14 +38,24 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   role->watch_->Start();
   const absl::Duration tick = options.tick;
   role->ticker_ = std::make_unique<std::thread>([self, tick] {
+    // Until every informer has synced, look often: the analyzer derives its findings once, as
+    // soon as the LISTs are in.
     bool nodes_synced = false;
+    bool synced = false;
     do {
       if (!nodes_synced && self->watch_->Synced(k8s::kNodes.plural)) {
         self->analyzer_->SetNodesSynced();
         nodes_synced = true;
       }
-      self->analyzer_->Tick();
-    } while (!self->stop_ticker_.WaitForNotificationWithTimeout(tick));
+      if (!synced && self->watch_->Ready().ok()) {
+        self->analyzer_->SetSynced();
+        synced = true;
+      }
+      if (synced) {
+        self->analyzer_->Tick();
+      }
+    } while (!self->stop_ticker_.WaitForNotificationWithTimeout(
+        synced ? tick : std::min(tick, absl::Milliseconds(20))));
   });
 
   if (!options.leader_elect) {

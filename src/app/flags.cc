@@ -297,15 +297,16 @@ std::vector<FlagSpec> BuildFlags() {
   f.push_back({"price-file",
                "DRALENS_PRICE_FILE",
                "",
-               "JSON prices per device-hour by DeviceClass and product "
+               "JSON prices per GPU-hour by DeviceClass and product "
                "(`{\"default\": 2, \"deviceClasses\": {...}, \"products\": {...}}`); they turn "
-               "stranded device-seconds into `dralens_cluster_stranded_cost_total`.",
+               "stranded GPU-seconds into `dralens_cluster_stranded_cost_total` (a MIG instance or "
+               "share costs its fraction of a GPU).",
                {Role::kCluster},
                nullptr});
   f.push_back({"price-per-device-hour",
                "DRALENS_PRICE_PER_DEVICE_HOUR",
                "0",
-               "Price of one device-hour for devices the price file does not name.",
+               "Price of one GPU-hour for GPUs the price file does not name.",
                {Role::kCluster},
                CheckNonNegativeNumber});
   f.push_back({"log-level", "DRALENS_LOG_LEVEL", "info",

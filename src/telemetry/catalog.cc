@@ -356,29 +356,44 @@ std::vector<MetricSpec> BuildCatalog() {
        "released, deleted); each is an event on the claim's lifecycle trace."},
 
       // Cluster role: capacity.
+      {"dralens_cluster_gpus",
+       K::kGauge,
+       {"node", "driver", "product", "state"},
+       "cluster",
+       "Physical GPUs by node, driver, product and state (free, allocated, unavailable), in "
+       "GPU-equivalents: every GPU counts once whatever it is published as (a full device, "
+       "static MIG devices, a partitionable counter set with its placements, consumable "
+       "shares); a MIG instance or share counts as the fraction of its GPU it holds. "
+       "unavailable: tainted NoSchedule/NoExecute, or the Node is NotReady or gone. Summed "
+       "over state it is the node's number of GPUs; no DeviceClass takes part."},
+      {"dralens_cluster_stranded_gpus",
+       K::kGauge,
+       {"kind", "node", "product", "device_class"},
+       "cluster",
+       "GPU-equivalents stranded right now, each under one kind (advertised_unhealthy, then "
+       "allocated_not_running, then free_while_pending or unplaceable_fragment) and one "
+       "DeviceClass (the holding request's; for free_while_pending the longest-pending claim's "
+       "it could serve; else empty). Part of dralens_cluster_gpus, never more."},
+      {"dralens_cluster_stranded_gpu_seconds_total",
+       K::kCounter,
+       {"kind", "node", "product", "device_class"},
+       "cluster",
+       "GPU-seconds spent stranded, with the labels of dralens_cluster_stranded_gpus."},
+      {"dralens_cluster_stranded_cost_total",
+       K::kCounter,
+       {"kind", "node", "product", "device_class"},
+       "cluster",
+       "Cost of the stranded GPU-seconds at the price per GPU-hour of the class, else the "
+       "product, else the default (a fraction of a GPU costs its fraction), in the price's "
+       "currency."},
       {"dralens_cluster_pool_devices",
        K::kGauge,
        {"node", "driver", "device_class", "product", "state"},
        "cluster",
-       "Published devices by node, driver, matching DeviceClass, product and state (free, "
-       "allocated, tainted). A device that matches several classes counts once in each."},
-      {"dralens_cluster_stranded_devices",
-       K::kGauge,
-       {"kind", "node", "device_class"},
-       "cluster",
-       "Devices stranded right now, by kind: allocated_not_running, free_while_pending, "
-       "unplaceable_fragment, advertised_unhealthy."},
-      {"dralens_cluster_stranded_device_seconds_total",
-       K::kCounter,
-       {"kind", "node", "device_class"},
-       "cluster",
-       "Device-seconds spent stranded, by kind."},
-      {"dralens_cluster_stranded_cost_total",
-       K::kCounter,
-       {"kind", "node", "device_class"},
-       "cluster",
-       "Cost of stranded device-seconds at the configured price per device-hour, in the "
-       "price's currency."},
+       "Published devices (not GPUs) that match each DeviceClass, by node, driver, product and "
+       "state (free, allocated, tainted): how many devices a request of the class could still "
+       "get. A device counts once per class it matches and every MIG placement counts as a "
+       "device, so sums over classes or nodes are not capacity: use dralens_cluster_gpus."},
       {"dralens_cluster_mig_placeable",
        K::kGauge,
        {"node", "gpu", "profile"},

@@ -10,6 +10,10 @@ until, or fails when the deadline passes before:
   - /api/v1/query_exemplars on dralens_node_claim_duration_seconds_bucket returns trace ids that
     the OTLP receiver also got;
   - DralensCapacityStranded and DralensClaimUnsatisfiable have been pending and are firing;
+  - the Fleet dashboard's headline stats, evaluated as Grafana would, equal the demo's physical
+    truth: 10 GPUs (two H100s in dynamic MIG, eight A100s) split into allocated, free and
+    unavailable, and once the scheduled Xid has hit, exactly one unavailable GPU, stranded as
+    advertised_unhealthy (the demo has no NotReady node and taints nothing else);
   - kubectl lists the demo's ResourceSlices and ResourceClaims from the embedded API server;
   - GPU utilisation joins with claims: a synthetic dcgm-exporter served here (its series carry
     the demo GPUs' UUIDs, as dcgm-exporter labels them) is scraped by the demo's Prometheus
@@ -63,9 +67,15 @@ ALLOWED_EMPTY: dict = {}
 # Beyond the dashboards: the demo's scheduled Xid must show up on both sides.
 FAULT_QUERIES = [
     'dralens_device_state{job="dralens-node", state="unhealthy"} == 1',
-    'dralens_cluster_pool_devices{job="dralens-cluster", state="tainted"} > 0',
-    'dralens_cluster_stranded_devices{job="dralens-cluster", kind="advertised_unhealthy"} > 0',
+    'dralens_cluster_gpus{job="dralens-cluster", state="unavailable"} > 0',
+    'dralens_cluster_stranded_gpus{job="dralens-cluster", kind="advertised_unhealthy"} > 0',
 ]
+
+# The demo's physical GPUs with the default --demo-nodes=2: dgx-h100-0 (two H100 80GB in
+# dynamic MIG, published as two counter sets with their placements) and a100-0 (eight A100).
+DEMO_GPUS = 10
+# After --demo-fault-after, one A100 is tainted: one GPU unavailable, nothing else.
+DEMO_UNAVAILABLE_AFTER_FAULT = 1
 
 
 def log(*args):
@@ -303,6 +313,39 @@ def empty_dashboard_queries(prom):
     return missing
 
 
+def fleet_headline_problems(prom):
+    """"" when the Fleet dashboard's headline stats equal the demo's physical truth, else why
+    not. The stats are read from grafana/fleet.json and evaluated with "All" selected."""
+    with open(os.path.join(ROOT, "grafana", "fleet.json"), encoding="utf-8") as f:
+        dashboard = json.load(f)
+    values, why = resolve_variables(prom, dashboard)
+    if values is None:
+        return why
+    stats = {}
+    for p in dashboard.get("panels", []):
+        for panel in [p] + (p.get("panels", []) or []):
+            if panel.get("type") == "stat":
+                expr = panel["targets"][0]["expr"]
+                result = prom.query(substitute(expr, values))
+                stats[panel["title"]] = float(result[0]["value"][1]) if result else None
+    for title in ("GPUs", "Allocated GPUs", "Free GPUs", "Unavailable GPUs", "Stranded GPUs"):
+        if title not in stats:
+            return f"the Fleet dashboard has no stat {title!r}"
+    if stats["GPUs"] != DEMO_GPUS:
+        return f"Fleet GPUs stat is {stats['GPUs']}, the demo has {DEMO_GPUS} GPUs"
+    parts = sum(stats[t] or 0 for t in ("Allocated GPUs", "Free GPUs", "Unavailable GPUs"))
+    if abs(parts - DEMO_GPUS) > 1e-6:
+        return f"allocated + free + unavailable GPUs = {parts}, not {DEMO_GPUS}: {stats}"
+    if stats["Unavailable GPUs"] != DEMO_UNAVAILABLE_AFTER_FAULT:
+        return f"Fleet unavailable GPUs stat is {stats['Unavailable GPUs']} (fault not seen yet?)"
+    unhealthy = prom.query('sum(dralens_cluster_stranded_gpus{kind="advertised_unhealthy"})')
+    if not unhealthy or float(unhealthy[0]["value"][1]) != DEMO_UNAVAILABLE_AFTER_FAULT:
+        return f"stranded advertised_unhealthy GPUs: {unhealthy}"
+    if (stats["Stranded GPUs"] or 0) > DEMO_GPUS:
+        return f"Fleet stranded GPUs stat {stats['Stranded GPUs']} exceeds the GPUs"
+    return ""
+
+
 def exemplar_trace_ids(prom):
     now = time.time()
     data = prom.api("query_exemplars", query="dralens_node_claim_duration_seconds_bucket",
@@ -427,6 +470,7 @@ def main():
         missing, shared, states = ["(not checked yet)"], set(), {}
         ids, ex_ids = set(), set()
         join = "(not checked yet)"
+        headline = "(not checked yet)"
         while time.monotonic() < deadline:
             if demo.proc.poll() is not None:
                 raise AssertionError("the demo exited early:\n" + demo.output()[-4000:])
@@ -437,14 +481,16 @@ def main():
             states = alert_states(prom)
             fired = all({"firing", "was_pending"} <= states.get(a, set()) for a in ALERTS_TO_FIRE)
             join = join_problems(prom)
+            headline = fleet_headline_problems(prom)
             log(f"empty queries {len(missing)}, join {'ok' if not join else 'not yet'}, "
+                f"fleet headline {'ok' if not headline else 'not yet: ' + headline}, "
                 f"exemplars {len(ex_ids)} "
                 f"(also received: {len(shared)}), spans {spans}, alerts "
                 + ", ".join(f"{a}={sorted(states.get(a, []))}" for a in ALERTS_TO_FIRE))
             if len(missing) <= 3:
                 for m in missing:
                     log("  still empty:", m)
-            if not missing and shared and fired and not join:
+            if not missing and shared and fired and not join and not headline:
                 break
             time.sleep(3)
         if missing:
@@ -459,6 +505,8 @@ def main():
                 failures.append(f"{a} did not go pending then firing: {sorted(states.get(a, []))}")
         if join:
             failures.append(f"GPU utilisation does not join with claims: {join}")
+        if headline:
+            failures.append(f"the Fleet headline is not the demo's physical truth: {headline}")
 
         home = os.path.join(scratch, "home")
         os.makedirs(home)

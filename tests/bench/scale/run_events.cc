@@ -235,7 +235,7 @@ void ScaleRun::WatchRestarts() {
     const bool relisted = SumOver(now, "lists") >= lists1 + kResourceCount && AllWatching(now);
     VerifyResult check = Check();
     ++scrapes;
-    if (!check.ok()) {
+    if (!(o_.allow_missing_families ? check.ok() : check.complete())) {
       ++wrong;
       diff = check.Diff();
     }

@@ -271,7 +271,7 @@ bool ScaleRun::WaitReady() {
     std::string body;
     last = Check(&body);
     const int64_t t1 = MonotonicNanos();
-    if (last.ok()) {
+    if (o_.allow_missing_families ? last.ok() : last.complete()) {
       // Kept for reading what else the binary exports (e.g. the per-device families).
       std::ofstream(absl::StrCat(o_.work_dir, "/metrics-at-ready.txt")) << body;
       r_.ready = true;
@@ -346,10 +346,9 @@ void ScaleRun::LogDeviceFamilies() {
   Log(absl::StrCat("physical truth: GPUs ", truth(truth_.gpus_by_state), "; stranded GPUs ",
                    truth(truth_.stranded_by_kind)));
   if (last_scrape_.Exports("dralens_cluster_pool_devices")) {
-    Log(absl::StrCat("exported per-device families: dralens_cluster_pool_devices by state ",
+    Log(absl::StrCat("exported per-device family: dralens_cluster_pool_devices by state ",
                      by("dralens_cluster_pool_devices", "state"),
-                     "; dralens_cluster_stranded_devices by kind ",
-                     by("dralens_cluster_stranded_devices", "kind")));
+                     " (a device once per class it matches)"));
   }
 }
 

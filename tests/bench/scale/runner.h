@@ -36,6 +36,9 @@ struct RunOptions {
   absl::Duration ready_timeout = absl::Seconds(300);
   int scrapes = 20;  // per format
   bool events = true;
+  // Ready and the relist check accept a scrape that lacks some family (the check of a binary
+  // that does not export every family yet); by default every family must be there.
+  bool allow_missing_families = false;
   int events_per_kind = 2000;  // the most per kind; fewer when a batch would exceed the budget
   int mixed_events = 10000;
   double batch_cpu_budget_s = 10;  // the most dralens CPU one batch may take (estimated)

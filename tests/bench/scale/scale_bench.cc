@@ -147,7 +147,8 @@ int main(int argc, char** argv) {
     std::printf(
         "usage: scale_bench [--sizes=1000,10000,50000,100000] [--orders=name,pending-first]\n"
         "  [--seed=1] [--events=2000] [--mixed-events=10000] [--batch-cpu=10] [--scrapes=20]\n"
-        "  [--ready-timeout=300] [--no-events] [--work-dir=DIR] [--dralens=PATH] "
+        "  [--ready-timeout=300] [--no-events] [--allow-missing-families] [--work-dir=DIR]\n"
+        "  [--dralens=PATH] "
         "[--server=PATH]\n  [--list-delay=PLURAL:MS,...]  hold back the first page of those "
         "LISTs\n");
     return 0;
@@ -198,6 +199,7 @@ int main(int argc, char** argv) {
       o.ready_timeout = absl::Seconds(Number(argc, argv, "ready-timeout", 300));
       o.scrapes = static_cast<int>(Number(argc, argv, "scrapes", 20));
       o.events = Flag(argc, argv, "no-events", "") != "true";
+      o.allow_missing_families = Flag(argc, argv, "allow-missing-families", "") == "true";
       o.events_per_kind = static_cast<int>(Number(argc, argv, "events", 2000));
       o.mixed_events = static_cast<int>(Number(argc, argv, "mixed-events", 10000));
       o.batch_cpu_budget_s = Number(argc, argv, "batch-cpu", 10);

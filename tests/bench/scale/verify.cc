@@ -224,6 +224,15 @@ bool VerifyResult::ok() const {
   return true;
 }
 
+bool VerifyResult::complete() const {
+  for (const FamilyResult& f : families) {
+    if (f.status != FamilyResult::Status::kOk) {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string VerifyResult::Summary() const {
   std::vector<std::string> parts;
   for (const FamilyResult& f : families) {

@@ -45,6 +45,9 @@ struct VerifyResult {
   // True when no exported family differs from the truth. Families that are not exported are
   // reported by Summary() but do not fail the check.
   bool ok() const;
+  // True when every family is exported and matches: what ready and the relist check require
+  // once the binary exports every family (--allow-missing-families restores ok()).
+  bool complete() const;
   // "claims ok (320 keys), pending ok, ... gpus not exported"
   std::string Summary() const;
   // Every mismatching family with its diff lines.

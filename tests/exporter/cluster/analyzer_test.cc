@@ -125,6 +125,9 @@ class ScenarioTest : public ::testing::Test {
   }
 
   double Get(const std::string& family, const std::map<std::string, std::string>& labels) {
+    if (family == "dralens_cluster_pending_claim_age_seconds") {
+      return Value(*analyzer_->ObjectSeriesCollectable(), family, labels);
+    }
     return Value(registry_, family, labels);
   }
 
@@ -258,34 +261,61 @@ TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
   EXPECT_EQ(placeable("3g"), 1);
   EXPECT_EQ(placeable("1g"), 1);
 
-  // Stranded, each kind:
-  auto stranded = [&](const std::string& family, const std::string& kind, const std::string& node,
-                      const std::string& cls) {
-    return Get(family, {{"kind", kind}, {"node", node}, {"device_class", cls}});
+  // Physical GPUs: each counts once, whatever the classes it matches or its placements; the
+  // partitionable A100 is split by the memory slices its allocations consume (3 of 7).
+  auto gpus = [&](const std::string& node, const std::string& product, const std::string& state) {
+    return Get(
+        "dralens_cluster_gpus",
+        {{"node", node}, {"driver", testing::kDriver}, {"product", product}, {"state", state}});
   };
-  const std::string gauge = "dralens_cluster_stranded_devices";
-  // mig-3g-0: allocated to `idle`, whose pod is not running.
-  EXPECT_EQ(stranded(gauge, "allocated_not_running", "node-b", "mig"), 1);
-  // gpu claims pend while gpu-2 is free; mig-small pends while mig-3g-1 and mig-1g-0 are free.
-  EXPECT_EQ(stranded(gauge, "free_while_pending", "node-a", "gpu"), 1);
-  EXPECT_EQ(stranded(gauge, "free_while_pending", "node-b", "mig"), 2);
-  // mig-3g-1 fits no pending request (mig-small wants 1g).
-  EXPECT_EQ(stranded(gauge, "unplaceable_fragment", "node-b", "mig"), 1);
-  // gpu-1 is tainted; node-c is NotReady.
-  EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-a", "gpu"), 1);
-  EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-c", "gpu"), 1);
+  EXPECT_EQ(gpus("node-a", "H100", "allocated"), 1);
+  EXPECT_EQ(gpus("node-a", "H100", "unavailable"), 1);
+  EXPECT_EQ(gpus("node-a", "H100", "free"), 1);
+  EXPECT_DOUBLE_EQ(gpus("node-b", "A100", "allocated"), 3.0 / 7);
+  EXPECT_DOUBLE_EQ(gpus("node-b", "A100", "free"), 4.0 / 7);
+  EXPECT_EQ(gpus("node-b", "A100", "unavailable"), -1);
+  EXPECT_EQ(gpus("node-c", "A100", "unavailable"), 1);
 
-  // A minute later: device-seconds and cost (gpu: 3.6/h by class; mig devices: A100 7.2/h).
+  // Stranded GPUs, each part under one kind and one class:
+  auto stranded = [&](const std::string& family, const std::string& kind, const std::string& node,
+                      const std::string& product, const std::string& cls) {
+    return Get(family,
+               {{"kind", kind}, {"node", node}, {"product", product}, {"device_class", cls}});
+  };
+  const std::string gauge = "dralens_cluster_stranded_gpus";
+  // mig-3g-0 (3 of 7 slices): held by `idle`, whose pod is not running; its request's class.
+  EXPECT_DOUBLE_EQ(stranded(gauge, "allocated_not_running", "node-b", "A100", "mig"), 3.0 / 7);
+  // The rest of that GPU is free while mig-small (1g) could use mig-1g-0; gpu-2 is free while
+  // the gpu claims nocap and waiting could use it (same age: nocap first by name, class gpu).
+  EXPECT_DOUBLE_EQ(stranded(gauge, "free_while_pending", "node-b", "A100", "mig"), 4.0 / 7);
+  EXPECT_EQ(stranded(gauge, "free_while_pending", "node-a", "H100", "gpu"), 1);
+  // gpu-1 is tainted; node-c is NotReady. Nobody holds them: no class.
+  EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-a", "H100", ""), 1);
+  EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-c", "A100", ""), 1);
+  double all = 0;
+  for (const prometheus::MetricFamily& f : registry_.Collect()) {
+    if (f.name == gauge) {
+      for (const prometheus::ClientMetric& m : f.metric) {
+        all += m.gauge.value;
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(all, 4);
+
+  // A minute later: GPU-seconds and cost per GPU-hour (class gpu 3.6, else product A100 7.2).
   clock_.Advance(absl::Seconds(60));
   analyzer_->Tick();
-  const std::string seconds = "dralens_cluster_stranded_device_seconds_total";
+  const std::string seconds = "dralens_cluster_stranded_gpu_seconds_total";
   const std::string cost = "dralens_cluster_stranded_cost_total";
-  EXPECT_DOUBLE_EQ(stranded(seconds, "advertised_unhealthy", "node-c", "gpu"), 60);
-  EXPECT_DOUBLE_EQ(stranded(cost, "advertised_unhealthy", "node-c", "gpu"), 60 * 3.6 / 3600);
-  EXPECT_DOUBLE_EQ(stranded(seconds, "free_while_pending", "node-b", "mig"), 120);
-  EXPECT_DOUBLE_EQ(stranded(cost, "free_while_pending", "node-b", "mig"), 120 * 7.2 / 3600);
-  EXPECT_DOUBLE_EQ(stranded(seconds, "allocated_not_running", "node-b", "mig"), 60);
-  EXPECT_DOUBLE_EQ(stranded(seconds, "unplaceable_fragment", "node-b", "mig"), 60);
+  EXPECT_DOUBLE_EQ(stranded(seconds, "advertised_unhealthy", "node-c", "A100", ""), 60);
+  EXPECT_DOUBLE_EQ(stranded(cost, "advertised_unhealthy", "node-c", "A100", ""), 60 * 7.2 / 3600);
+  EXPECT_DOUBLE_EQ(stranded(seconds, "free_while_pending", "node-a", "H100", "gpu"), 60);
+  EXPECT_DOUBLE_EQ(stranded(cost, "free_while_pending", "node-a", "H100", "gpu"), 60 * 3.6 / 3600);
+  EXPECT_DOUBLE_EQ(stranded(seconds, "free_while_pending", "node-b", "A100", "mig"), 60 * 4.0 / 7);
+  EXPECT_DOUBLE_EQ(stranded(cost, "free_while_pending", "node-b", "A100", "mig"),
+                   60 * 4.0 / 7 * 7.2 / 3600);
+  EXPECT_DOUBLE_EQ(stranded(seconds, "allocated_not_running", "node-b", "A100", "mig"),
+                   60 * 3.0 / 7);
   EXPECT_EQ(Get("dralens_cluster_pending_claim_age_seconds",
                 {{"namespace", "team"}, {"claim", "nocap"}, {"reason", "no_capacity"}}),
             60);
@@ -295,10 +325,11 @@ TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
                                      {{"status", {{"phase", "Running"}}}}, "status");
   ASSERT_TRUE(patched.ok()) << patched.status();
   ASSERT_TRUE(Eventually([&] { return analyzer_->StateOf("team/idle") == ClaimState::kInUse; }));
-  EXPECT_EQ(stranded(gauge, "allocated_not_running", "node-b", "mig"), 0);
+  EXPECT_EQ(stranded(gauge, "allocated_not_running", "node-b", "A100", "mig"), 0);
   clock_.Advance(absl::Seconds(30));
   analyzer_->Tick();
-  EXPECT_DOUBLE_EQ(stranded(seconds, "allocated_not_running", "node-b", "mig"), 60);
+  EXPECT_DOUBLE_EQ(stranded(seconds, "allocated_not_running", "node-b", "A100", "mig"),
+                   60 * 3.0 / 7);
 
   // `waiting` is allocated 90 s after it was created: one latency observation.
   nlohmann::json fresh = *client_->Get(k8s::kResourceClaims, "team", "waiting");
@@ -312,7 +343,8 @@ TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
     }
   }
   // gpu-2 is taken now: the H100 claims have no free device left.
-  EXPECT_EQ(stranded(gauge, "free_while_pending", "node-a", "gpu"), 0);
+  EXPECT_EQ(stranded(gauge, "free_while_pending", "node-a", "H100", "gpu"), 0);
+  EXPECT_EQ(gpus("node-a", "H100", "allocated"), 2);
   EXPECT_EQ(Get("dralens_cluster_pending_claim_age_seconds",
                 {{"namespace", "team"}, {"claim", "waiting"}}),
             -1);

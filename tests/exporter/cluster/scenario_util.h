@@ -96,7 +96,7 @@ inline nlohmann::json Node(const std::string& name, bool ready) {
 
 // The value of the one series of `family` whose labels include all of `labels` (the sample
 // count for histograms); -1 when there is none; a test failure when several match.
-inline double Value(prometheus::Registry& registry, const std::string& family,
+inline double Value(const prometheus::Collectable& registry, const std::string& family,
                     const std::map<std::string, std::string>& labels) {
   double found = -1;
   int matches = 0;

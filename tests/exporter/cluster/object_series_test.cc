@@ -1,0 +1,57 @@
+// The per-object series store: series by key, replaced, updated and erased one at a time, and
+// collected through the leader gate only while leading.
+#include "exporter/cluster/object_series.h"
+
+#include <memory>
+
+#include "exporter/cluster/leader_gate.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+
+namespace dralens::exporter::cluster {
+namespace {
+
+constexpr char kFamily[] = "dralens_cluster_pending_claim_age_seconds";
+
+TEST(ObjectSeriesTest, SetReplaceUpdateErase) {
+  ObjectSeries series(kFamily);
+  EXPECT_TRUE(series.Collect().empty());
+  series.Set("team/b", {{"claim", "b"}, {"reason", "no_capacity"}}, 0);
+  series.Set("team/a", {{"claim", "a"}, {"reason", "tainted"}}, 5);
+  series.Set("team/b", {{"claim", "b"}, {"reason", "waiting_for_pod"}}, 1);  // replaces
+  series.SetValue("team/a", 7);
+  series.SetValue("team/none", 9);  // no series: nothing
+  std::vector<prometheus::MetricFamily> families = series.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  EXPECT_EQ(families[0].name, kFamily);
+  EXPECT_FALSE(families[0].help.empty());
+  EXPECT_EQ(families[0].type, prometheus::MetricType::Gauge);
+  ASSERT_EQ(families[0].metric.size(), 2u);
+  EXPECT_EQ(families[0].metric[0].label[0].value, "a");  // key order
+  EXPECT_EQ(families[0].metric[0].gauge.value, 7);
+  EXPECT_EQ(families[0].metric[1].label[1].value, "waiting_for_pod");
+  EXPECT_EQ(families[0].metric[1].gauge.value, 1);
+  series.Erase("team/a");
+  series.Erase("team/a");
+  EXPECT_EQ(series.size(), 1u);
+  series.Erase("team/b");
+  EXPECT_TRUE(series.Collect().empty());
+}
+
+TEST(ObjectSeriesTest, TheGateExportsThemOnlyWhileLeading) {
+  auto cluster = std::make_shared<prometheus::Registry>();
+  prometheus::Registry process;
+  auto series = std::make_shared<ObjectSeries>(kFamily);
+  series->Set("team/a", {{"claim", "a"}}, 3);
+  LeaderGate gate(cluster, process);
+  gate.AddCollectable(series);
+  EXPECT_TRUE(gate.Collect().empty());
+  gate.SetLeader(true);
+  std::vector<prometheus::MetricFamily> families = gate.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  EXPECT_EQ(families[0].name, kFamily);
+  EXPECT_EQ(families[0].metric.at(0).gauge.value, 3);
+}
+
+}  // namespace
+}  // namespace dralens::exporter::cluster
