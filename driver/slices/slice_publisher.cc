@@ -362,6 +362,7 @@ bool SlicePublisher::Observe(absl::string_view type, const nlohmann::json& objec
   absl::MutexLock lock(&mu_);
   in_sync_ = false;
   want_sync_ = true;
+  drift_pending_ = true;
   return true;
 }
 
@@ -399,8 +400,11 @@ void SlicePublisher::Loop() {
                                                            : absl::InfiniteFuture();
   };
   absl::Time next_resync = resync_after(clock_.Now());
+  absl::Duration repair_backoff = options_.initial_backoff;
+  absl::Time last_repair = absl::InfinitePast();
 
   for (;;) {
+    bool repair = false;
     {
       absl::MutexLock lock(&mu_);
       // A trigger wakes the loop at once unless a retry is pending: the backoff then holds
@@ -423,6 +427,8 @@ void SlicePublisher::Loop() {
         mu_.AwaitWithTimeout(absl::Condition(&woken), std::min(due - now, options_.poll_interval));
       }
       want_sync_ = false;
+      repair = drift_pending_;
+      drift_pending_ = false;
       if (!inventory_.has_value()) {
         next_resync = resync_after(clock_.Now());
         retry_pending = false;
@@ -436,6 +442,21 @@ void SlicePublisher::Loop() {
       retry_pending = false;
       backoff = options_.initial_backoff;
       next_resync = resync_after(now);
+      if (repair && result->created + result->updated + result->deleted > 0) {
+        // This pass undid someone else's change. Undoing the next one within the window
+        // waits, longer each time, so two writers of one pool settle into a slow alternation.
+        if (now - last_repair < options_.repair_window) {
+          retry_pending = true;
+          retry_at = now + repair_backoff;
+          repair_backoff = std::min(repair_backoff * 2, options_.max_backoff);
+          DLOG(kWarn, kComponent, "slices changed back again soon after a repair; holding the next",
+               {{"node", options_.node_name},
+                {"hold_ms", absl::ToInt64Milliseconds(retry_at - now)}});
+        } else {
+          repair_backoff = options_.initial_backoff;
+        }
+        last_repair = now;
+      }
       continue;
     }
     absl::Duration delay = backoff;

@@ -78,6 +78,11 @@ struct SlicePublisherOptions {
   absl::Duration poll_interval = absl::Seconds(1);
   // Passes of one Sync() restarted after a conflict or a concurrent deletion.
   int max_conflict_passes = 3;
+  // A repair of drift that follows the previous repair within this window is held back, from
+  // initial_backoff doubling to max_backoff: another writer that keeps changing the pool back
+  // (a second driver instance for the node) must not turn the two into a write loop. The first
+  // repair after a quiet window, e.g. of a kubelet restart's wipe, is never held.
+  absl::Duration repair_window = absl::Seconds(10);
   // Not owned; may be null.
   SliceMetrics* metrics = nullptr;
 };
@@ -179,6 +184,8 @@ class SlicePublisher {
   bool want_sync_ ABSL_GUARDED_BY(mu_) = false;
   // False from an observed drift until the next successful pass.
   bool in_sync_ ABSL_GUARDED_BY(mu_) = true;
+  // An observed drift the loop has not yet started a pass for.
+  bool drift_pending_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Time> last_success_ ABSL_GUARDED_BY(mu_);
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);

@@ -188,7 +188,9 @@ TEST_F(SliceDriftTest, WatchRepairsAWipeAndAnEditWithoutATimer) {
   EXPECT_GE(drifts_.load(), 1);
   EXPECT_GT(p.SyncCountForTest(), passes);
 
-  // Someone edits the spec: reverted at a new generation.
+  // Someone edits the spec, once the repair above is out of the repair window: reverted at a
+  // new generation, again without waiting.
+  clock_.Advance(absl::Seconds(11));
   json slice = Slices()[0];
   slice["spec"]["devices"][0]["attributes"]["type"] = {{"string", "x"}};
   ASSERT_TRUE(client_->Update(k8s::kResourceSlices, "", slice, "").ok());
@@ -197,6 +199,42 @@ TEST_F(SliceDriftTest, WatchRepairsAWipeAndAnEditWithoutATimer) {
   for (const json& s : Slices()) {
     EXPECT_NE(s["spec"]["devices"][0]["attributes"]["type"], json({{"string", "x"}}));
   }
+}
+
+// A second writer that changes the pool back after every repair (another instance of the driver
+// for the same node) gets one immediate repair; the next repair within the window waits for
+// the backoff, so the two do not loop as fast as the API server answers.
+TEST_F(SliceDriftTest, AWriterThatKeepsChangingThePoolBackIsNotFoughtInALoop) {
+  SlicePublisher& p = *publisher_;
+  p.Publish(SimulatedInventory("dgx-h100"));
+  ASSERT_TRUE(p.Sync().ok());
+  p.Run();
+  Watch();
+  auto edit = [&](const std::string& value) {
+    json slice = Slices()[0];
+    slice["spec"]["devices"][0]["attributes"]["type"] = {{"string", value}};
+    ASSERT_TRUE(client_->Update(k8s::kResourceSlices, "", slice, "").ok());
+  };
+  auto reverted = [&] {
+    return p.Published() &&
+           Slices()[0]["spec"]["devices"][0]["attributes"]["type"] != json({{"string", "theirs"}});
+  };
+  edit("theirs");
+  ASSERT_TRUE(Eventually(reverted));  // the first repair: at once
+  edit("theirs");
+  ASSERT_TRUE(Eventually(reverted));  // the second, within the window: also at once, then a hold
+  const int drifts = drifts_.load();
+  const int64_t passes = p.SyncCountForTest();
+  edit("theirs");
+  ASSERT_TRUE(Eventually([&] { return drifts_.load() > drifts; }));
+  // The clock has not moved: the third change stays while the hold lasts. (Real time passes
+  // here only to give a loop that ignored the hold the chance to show it.)
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(p.SyncCountForTest(), passes);
+  EXPECT_FALSE(p.Published());
+  // The hold is the initial backoff (500 ms); once it is over, the pool is repaired.
+  clock_.Advance(absl::Milliseconds(500));
+  ASSERT_TRUE(Eventually(reverted));
 }
 
 }  // namespace
