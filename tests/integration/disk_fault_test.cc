@@ -10,6 +10,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -18,7 +19,6 @@
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/integration/node_harness.h"
 
 namespace dralens {
@@ -57,21 +57,6 @@ std::vector<std::string> Names(const std::string& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-// The claims the checkpoint records, by UID.
-std::vector<std::string> CheckpointedUids(const std::string& file) {
-  std::ifstream in(file);
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  EXPECT_FALSE(j.is_discarded()) << file << " is not valid JSON";
-  std::vector<std::string> uids;
-  if (j.is_object() && j.contains("claims") && j["claims"].is_object()) {
-    for (const auto& [uid, _] : j["claims"].items()) {
-      uids.push_back(uid);
-    }
-  }
-  std::sort(uids.begin(), uids.end());
-  return uids;
 }
 
 class DiskFaultTest : public ::testing::Test {
@@ -119,8 +104,7 @@ TEST_F(DiskFaultTest, AFullDiskFailsTheClaimCleanlyAndTheNextPrepareSucceeds) {
   // Nothing half-written: the same files as before, the checkpoint still names only the
   // claim prepared before, and no CDI spec for the failed claim.
   EXPECT_EQ(Names(PluginDir()), files_before);
-  EXPECT_EQ(CheckpointedUids(PluginDir() + "/checkpoint.json"),
-            std::vector<std::string>{before.uid});
+  EXPECT_EQ(node_.CheckpointedUids(), std::vector<std::string>{before.uid});
   for (const std::string& spec : Names(node_.CdiRoot())) {
     EXPECT_FALSE(absl::StrContains(spec, during.uid)) << spec;
   }
@@ -129,10 +113,10 @@ TEST_F(DiskFaultTest, AFullDiskFailsTheClaimCleanlyAndTheNextPrepareSucceeds) {
   EXPECT_EQ(node_.Prepare(during), "");
   std::vector<std::string> both = {before.uid, during.uid};
   std::sort(both.begin(), both.end());
-  EXPECT_EQ(CheckpointedUids(PluginDir() + "/checkpoint.json"), both);
+  EXPECT_EQ(node_.CheckpointedUids(), both);
   EXPECT_EQ(node_.Unprepare(before), "");
   EXPECT_EQ(node_.Unprepare(during), "");
-  EXPECT_TRUE(CheckpointedUids(PluginDir() + "/checkpoint.json").empty());
+  EXPECT_TRUE(node_.CheckpointedUids().empty());
 }
 
 TEST_F(DiskFaultTest, AReadOnlyCheckpointDirectoryFailsTheClaimAndUnprepareWaitsForIt) {
@@ -153,7 +137,7 @@ TEST_F(DiskFaultTest, AReadOnlyCheckpointDirectoryFailsTheClaimAndUnprepareWaits
   EXPECT_EQ(node_.Prepare(blocked), "");
   EXPECT_EQ(node_.Unprepare(held), "");
   EXPECT_EQ(node_.Unprepare(blocked), "");
-  EXPECT_TRUE(CheckpointedUids(PluginDir() + "/checkpoint.json").empty());
+  EXPECT_TRUE(node_.CheckpointedUids().empty());
 }
 
 }  // namespace

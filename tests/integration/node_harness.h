@@ -10,10 +10,14 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
+#include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -21,6 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "driver/proto/pluginregistration/v1/api.grpc.pb.h"
 #include "gtest/gtest.h"
@@ -94,7 +101,8 @@ class NodeHarness {
   // "-c", "mount ... && exec \"$@\""} to run it in its own mount namespace) and waits until the
   // plugin serves its sockets. The binary is $DRALENS_BINARY if set, else the build's.
   void Start(const std::vector<std::string>& wrapper = {},
-             const std::vector<std::string>& extra_flags = {}) {
+             const std::vector<std::string>& extra_flags = {},
+             const std::map<std::string, std::string>& extra_env = {}) {
     const char* binary = std::getenv("DRALENS_BINARY");
     std::vector<std::string> argv = wrapper;
     argv.push_back(binary != nullptr ? binary : DRALENS_BINARY);
@@ -106,11 +114,121 @@ class NodeHarness {
       argv.push_back(flag);
     }
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-    node_ = std::make_unique<Subprocess>(
-        argv,
-        std::map<std::string, std::string>{{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}});
+    std::map<std::string, std::string> env = {{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}};
+    env.insert(extra_env.begin(), extra_env.end());
+    node_ = std::make_unique<Subprocess>(argv, env);
     ASSERT_TRUE(node_->WaitForOutput("kubelet plugin serving", absl::Seconds(60)))
         << node_->Output();
+    std::smatch m;
+    const std::string out = node_->Output();
+    ASSERT_TRUE(
+        std::regex_search(out, m, std::regex(R"(serving metrics"? address=\S+ port=(\d+))")))
+        << out;
+    metrics_port_ = std::stoi(m[1]);
+  }
+
+  // SIGTERM, and expects a clean exit.
+  void Stop() {
+    ASSERT_TRUE(node_);
+    EXPECT_EQ(node_->Stop(SIGTERM, absl::Seconds(15)), 0) << node_->Output();
+    node_.reset();
+  }
+
+  // Expects the node to have died at an armed crash point (exit status 137), the call that
+  // reached it having failed; `result` is what Prepare or Unprepare returned.
+  void ExpectCrashed(const std::string& result, const std::string& step) {
+    EXPECT_TRUE(result.rfind("gRPC: ", 0) == 0) << "the node should have died at " << step;
+    EXPECT_EQ(node_->Wait(absl::Seconds(15)), 137) << node_->Output();
+    node_.reset();
+  }
+
+  int metrics_port() const { return metrics_port_; }
+  // GET on the node's metrics endpoint (/metrics, /debug/claims): the body, or "".
+  std::string Get(const std::string& path) {
+    httplib::Client c("127.0.0.1", metrics_port_);
+    auto res = c.Get(path);
+    EXPECT_TRUE(res) << path;
+    return res ? res->body : "";
+  }
+
+  // The HTTP status of a GET on the node's metrics endpoint (e.g. /readyz), or 0.
+  int Status(const std::string& path) {
+    httplib::Client c("127.0.0.1", metrics_port_);
+    auto res = c.Get(path);
+    return res ? res->status : 0;
+  }
+
+  // The sum of the samples of `family` whose label text contains every one of `labels`
+  // (e.g. `kind="deleted"`); -1 when there is none.
+  double Metric(const std::string& family, const std::vector<std::string>& labels = {}) {
+    httplib::Client c("127.0.0.1", metrics_port_);
+    auto res = c.Get("/metrics");
+    if (!res || res->status != 200) {
+      return -1;
+    }
+    double sum = -1;
+    for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
+      if (line.empty() || line[0] == '#' || !absl::StartsWith(line, family) ||
+          (line.size() > family.size() && line[family.size()] != '{' &&
+           line[family.size()] != ' ')) {
+        continue;
+      }
+      bool match = true;
+      for (const std::string& l : labels) {
+        match = match && absl::StrContains(line, l);
+      }
+      double v = 0;
+      if (match && absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
+        sum = (sum < 0 ? 0 : sum) + v;
+      }
+    }
+    return sum;
+  }
+
+  // This node's slices of this driver, and their devices.
+  std::vector<nlohmann::json> Slices() {
+    auto list = client_->List(k8s::kResourceSlices, "", Mine());
+    EXPECT_TRUE(list.ok()) << list.status();
+    return list.ok() ? list->items : std::vector<nlohmann::json>{};
+  }
+  size_t Devices() {
+    size_t n = 0;
+    for (const nlohmann::json& s : Slices()) {
+      n += s["spec"].value("devices", nlohmann::json::array()).size();
+    }
+    return n;
+  }
+  // What a starting kubelet does to the node's slices.
+  void Wipe() { ASSERT_TRUE(client_->DeleteCollection(k8s::kResourceSlices, "", Mine()).ok()); }
+
+  // File names in the CDI root, sorted.
+  std::vector<std::string> CdiFiles() const {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(CdiRoot(), ec)) {
+      out.push_back(e.path().filename().string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // The claim UIDs the checkpoint on disk records, sorted; a checkpoint that does not parse
+  // fails the test.
+  std::vector<std::string> CheckpointedUids() const {
+    std::ifstream in(seen_from_ + PluginDir() + "/checkpoint.json");
+    if (!in) {
+      return {};
+    }
+    nlohmann::json file = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(file.is_discarded()) << "the checkpoint does not parse";
+    std::vector<std::string> uids;
+    if (file.is_object() && file.contains("claims") && file["claims"].is_object()) {
+      for (const auto& [uid, _] : file["claims"].items()) {
+        uids.push_back(uid);
+      }
+    }
+    std::sort(uids.begin(), uids.end());
+    return uids;
   }
 
   // The kubelet's side of registration: GetInfo, then NotifyRegistrationStatus(registered).
@@ -125,8 +243,10 @@ class NodeHarness {
     ASSERT_TRUE(stub->NotifyRegistrationStatus(Context(5).get(), status, &response).ok());
   }
 
-  // A claim for one device of this node, allocated as the scheduler would.
-  Claim AllocatedClaim(const std::string& name, const std::string& device) {
+  // A claim for one device of this node, allocated as the scheduler would, with `config` (the
+  // opaque parameters of this driver, from the claim) unless null.
+  Claim AllocatedClaim(const std::string& name, const std::string& device,
+                       const nlohmann::json& config = nullptr) {
     nlohmann::json claim = {{"apiVersion", "resource.k8s.io/v1"},
                             {"kind", "ResourceClaim"},
                             {"metadata", {{"name", name}, {"namespace", kNs}}}};
@@ -140,6 +260,12 @@ class NodeHarness {
     nlohmann::json obj = *created;
     obj["status"]["allocation"]["devices"]["results"] = nlohmann::json::array(
         {{{"request", "gpu"}, {"driver", kDriver}, {"pool", kNode}, {"device", device}}});
+    if (!config.is_null()) {
+      obj["status"]["allocation"]["devices"]["config"] =
+          nlohmann::json::array({{{"source", "FromClaim"},
+                                  {"requests", nlohmann::json::array({"gpu"})},
+                                  {"opaque", {{"driver", kDriver}, {"parameters", config}}}}});
+    }
     auto updated = client_->Update(k8s::kResourceClaims, kNs, obj, "status");
     EXPECT_TRUE(updated.ok()) << updated.status();
     return {name, obj["metadata"]["uid"].get<std::string>()};
@@ -182,6 +308,12 @@ class NodeHarness {
   }
 
  private:
+  static k8s::ListOptions Mine() {
+    k8s::ListOptions options;
+    options.field_selector = std::string("spec.nodeName=") + kNode + ",spec.driver=" + kDriver;
+    return options;
+  }
+
   static std::unique_ptr<grpc::ClientContext> Context(int seconds) {
     auto context = std::make_unique<grpc::ClientContext>();
     context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
@@ -208,6 +340,7 @@ class NodeHarness {
                                             "--simulated-profile=dgx-h100"};
   std::string seen_from_;
   std::unique_ptr<Subprocess> node_;
+  int metrics_port_ = 0;
 };
 
 }  // namespace dralens::testing
