@@ -175,16 +175,24 @@ class Soak {
   }
 
   // What a starting kubelet does: delete the node's slices of this driver, then register the
-  // plugin again. Returns the seconds until the pool holds `devices` devices again, or -1 when
-  // it did not within 60 s.
+  // plugin again. The API server's fault bursts hit these calls too, so each is retried, as the
+  // kubelet retries; the clock starts once the wipe went through. Returns the seconds until the
+  // pool holds `devices` devices again, or -1 when it did not within 60 s.
   double RestartKubelet(int devices) {
     dralens::k8s::ListOptions wipe;
     wipe.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=gpu.dralens.dev");
-    const absl::Time start = absl::Now();
-    if (!client_->DeleteCollection(dralens::k8s::kResourceSlices, "", wipe).ok()) {
-      return -1;
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (!client_->DeleteCollection(dralens::k8s::kResourceSlices, "", wipe).ok()) {
+      if (absl::Now() > give_up) {
+        return -1;
+      }
+      absl::SleepFor(absl::Milliseconds(100));
     }
-    (void)dralens::sim::RegisterPlugin((root_ / "registry/gpu.dralens.dev-reg.sock").string());
+    const absl::Time start = absl::Now();
+    const std::string socket = (root_ / "registry/gpu.dralens.dev-reg.sock").string();
+    while (!dralens::sim::RegisterPlugin(socket).ok() && absl::Now() - start < absl::Seconds(10)) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
     while (absl::Now() - start < absl::Seconds(60)) {
       if (PublishedDevices() == devices) {
         return absl::ToDoubleSeconds(absl::Now() - start);
@@ -434,6 +442,7 @@ int main(int argc, char** argv) {
   std::printf("metrics converged to the checkpoint after each restart in: %s\n", conv.c_str());
   std::printf("kubelet restarts: %zu, pool of %d devices republished in: %s\n", republished.size(),
               devices, dralens::bench::Percentiles(republished, "s").c_str());
+  std::printf("  each (fault burst injected last): %s\n", republish_log.c_str());
   std::string mem;
   for (const auto& [node, cluster] : rss) {
     absl::StrAppend(&mem, node / 1024, "/", cluster / 1024, " ");
