@@ -11,6 +11,8 @@ ClusterWatch::ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetric
                                         &k8s::kDeviceClasses, &k8s::kPods, &k8s::kNodes}) {
     k8s::InformerOptions options;
     options.metrics = metrics;
+    // The analyzer keeps what it needs of each object; the informers keep hashes only.
+    options.keep_objects = false;
     informers_.push_back(std::make_unique<k8s::Informer>(client, *type, options));
     if (handlers) {
       informers_.back()->SetHandlers(handlers(*type));

@@ -92,36 +92,54 @@ void WatchCancel::SetAbort(std::function<void()> abort) {
   }
 }
 
-absl::StatusOr<ListResult> ListAll(KubeClient& client, const ResourceType& type,
-                                   absl::string_view ns, ListOptions options) {
+absl::StatusOr<std::string> ListPaged(KubeClient& client, const ResourceType& type,
+                                      absl::string_view ns, ListOptions options,
+                                      const PageCallback& on_page) {
   if (options.limit <= 0) {
     options.limit = 500;
   }
   options.continue_token.clear();
-  ListResult all;
   bool restarted = false;
+  bool first = true;
   while (true) {
     absl::StatusOr<ListResult> page = client.List(type, ns, options);
     if (!page.ok()) {
       if (IsGone(page.status()) && !options.continue_token.empty() && !restarted) {
         // The continue token expired: fall back to one unpaged list, as client-go does.
         restarted = true;
-        all = ListResult();
+        first = true;
         options.continue_token.clear();
         options.limit = 0;
         continue;
       }
       return page.status();
     }
-    for (nlohmann::json& item : page->items) {
-      all.items.push_back(std::move(item));
-    }
-    all.resource_version = page->resource_version;
+    on_page(page->items, first);
+    first = false;
     if (page->continue_token.empty() || options.limit == 0) {
-      return all;
+      return page->resource_version;
     }
     options.continue_token = page->continue_token;
   }
+}
+
+absl::StatusOr<ListResult> ListAll(KubeClient& client, const ResourceType& type,
+                                   absl::string_view ns, ListOptions options) {
+  ListResult all;
+  absl::StatusOr<std::string> version = ListPaged(
+      client, type, ns, std::move(options), [&all](std::vector<nlohmann::json>& items, bool first) {
+        if (first) {
+          all.items.clear();
+        }
+        for (nlohmann::json& item : items) {
+          all.items.push_back(std::move(item));
+        }
+      });
+  if (!version.ok()) {
+    return version.status();
+  }
+  all.resource_version = *std::move(version);
+  return all;
 }
 
 absl::StatusOr<nlohmann::json> UpdateWithRetry(

@@ -150,8 +150,17 @@ class KubeClient {
 using KubeClientPtr = std::unique_ptr<KubeClient>;
 using KubeClientSharedPtr = std::shared_ptr<KubeClient>;
 
-// Lists every page (options.limit per page; 0 means 500). If a continue token expires (410)
-// the list restarts once without paging.
+// Lists page by page (options.limit per page; 0 means 500), handing each page's items to
+// `on_page` as it arrives (it may move them away); `first` is true for the first page. If a
+// continue token expires (410) the list restarts once without paging: `on_page` then gets
+// `first` again, with every object, the ones it saw before included. Returns the list's
+// resourceVersion.
+using PageCallback = std::function<void(std::vector<nlohmann::json>& items, bool first)>;
+absl::StatusOr<std::string> ListPaged(KubeClient& client, const ResourceType& type,
+                                      absl::string_view ns, ListOptions options,
+                                      const PageCallback& on_page);
+
+// Every page of a list at once (ListPaged, collected).
 absl::StatusOr<ListResult> ListAll(KubeClient& client, const ResourceType& type,
                                    absl::string_view ns, ListOptions options);
 

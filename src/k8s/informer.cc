@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -115,12 +116,44 @@ std::vector<Informer::ObjectPtr> Informer::List() const {
 
 size_t Informer::Size() const {
   absl::MutexLock lock(&mu_);
-  return cache_.size();
+  return options_.keep_objects ? cache_.size() : hashes_.size();
 }
 
 std::string Informer::LastResourceVersion() const {
   absl::MutexLock lock(&mu_);
   return resource_version_;
+}
+
+void Informer::ApplyHashed(const WatchEvent& event, const std::string& key, const std::string& rv) {
+  const bool deleted = event.type == WatchEventType::kDeleted;
+  const uint64_t hash = deleted ? 0 : std::hash<nlohmann::json>{}(event.object);
+  bool known = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = hashes_.find(key);
+    known = it != hashes_.end();
+    if (deleted) {
+      if (known) {
+        hashes_.erase(it);
+      }
+    } else if (known) {
+      it->second = hash;
+    } else {
+      hashes_.emplace(key, hash);
+    }
+    resource_version_ = rv;
+  }
+  if (deleted) {
+    if (known && handlers_.on_delete) {
+      handlers_.on_delete(event.object);
+    }
+  } else if (known) {
+    if (handlers_.on_update) {
+      handlers_.on_update(nlohmann::json(), event.object);
+    }
+  } else if (handlers_.on_add) {
+    handlers_.on_add(event.object);
+  }
 }
 
 void Informer::CountRestart(WatchRestartReason reason) {
@@ -176,6 +209,9 @@ void Informer::Run() {
 }
 
 absl::Status Informer::ListAndReconcile() {
+  if (!options_.keep_objects) {
+    return ListPageByPage();
+  }
   ListOptions list_options;
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
@@ -245,6 +281,85 @@ absl::Status Informer::ListAndReconcile() {
   return absl::OkStatus();
 }
 
+absl::Status Informer::ListPageByPage() {
+  ListOptions list_options;
+  list_options.label_selector = options_.label_selector;
+  list_options.field_selector = options_.field_selector;
+  list_options.limit = options_.page_size;
+  absl::flat_hash_set<std::string> listed;
+  int64_t added = 0;
+  int64_t updated = 0;
+  absl::StatusOr<std::string> version =
+      ListPaged(client_, type_, options_.namespace_name, list_options,
+                [&](std::vector<nlohmann::json>& items, bool) {
+                  for (const nlohmann::json& item : items) {
+                    std::string key = ObjectKey(item);
+                    if (key.empty()) {
+                      DLOG(kWarn, kComponent, "listed object without a name; skipped",
+                           {{"resource", type_.plural}});
+                      continue;
+                    }
+                    const uint64_t hash = std::hash<nlohmann::json>{}(item);
+                    bool is_new = false;
+                    bool changed = false;
+                    {
+                      absl::MutexLock lock(&mu_);
+                      auto [it, inserted] = hashes_.try_emplace(key, hash);
+                      is_new = inserted;
+                      changed = !inserted && it->second != hash;
+                      it->second = hash;
+                    }
+                    listed.insert(std::move(key));
+                    if (is_new && handlers_.on_add) {
+                      ++added;
+                      handlers_.on_add(item);
+                    } else if (changed && handlers_.on_update) {
+                      ++updated;
+                      handlers_.on_update(nlohmann::json(), item);
+                    }
+                  }
+                  items.clear();  // this page's trees go now, not at the end of the list
+                });
+  list_count_.fetch_add(1);
+  if (!version.ok()) {
+    // The cache holds what the handlers were told; the next list finishes the job.
+    return version.status();
+  }
+  std::vector<std::string> vanished;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = hashes_.begin(); it != hashes_.end();) {
+      if (!listed.contains(it->first)) {
+        vanished.push_back(it->first);
+        hashes_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    resource_version_ = *std::move(version);
+  }
+  for (const std::string& key : vanished) {
+    if (handlers_.on_delete) {
+      const size_t slash = key.find('/');
+      nlohmann::json metadata = {
+          {"name", slash == std::string::npos ? key : key.substr(slash + 1)}};
+      if (slash != std::string::npos) {
+        metadata["namespace"] = key.substr(0, slash);
+      }
+      handlers_.on_delete(nlohmann::json{{"metadata", std::move(metadata)}});
+    }
+  }
+  if (list_count_.load() > 1) {
+    DLOG(kInfo, kComponent, "relisted",
+         {{"resource", type_.plural},
+          {"added", added},
+          {"updated", updated},
+          {"deleted", vanished.size()}});
+  }
+  synced_.store(true);
+  return absl::OkStatus();
+}
+
 Informer::Next Informer::WatchOnce(absl::Duration* delay) {
   WatchOptions watch_options;
   watch_options.label_selector = options_.label_selector;
@@ -278,6 +393,10 @@ Informer::Next Informer::WatchOnce(absl::Duration* delay) {
     if (key.empty() || rv.empty()) {
       malformed = true;
       return false;
+    }
+    if (!options_.keep_objects) {
+      ApplyHashed(event, key, rv);
+      return !stopping();
     }
     auto object = std::make_shared<const nlohmann::json>(event.object);
     ObjectPtr old_object;

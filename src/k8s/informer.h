@@ -54,6 +54,13 @@ struct InformerOptions {
   common::Clock* clock = nullptr;
   // Restart counters; nullptr disables them. Not owned.
   const KubeRequestMetrics* metrics = nullptr;
+  // True: the cache keeps every object, and Get/List serve them. False: it keeps each object's
+  // key and a hash of its content only (about 60 bytes an object instead of about eight times
+  // its JSON), for consumers that hold their own compact state. Then Get() returns nullptr,
+  // List() nothing, on_update's old_object is null, and a list hands each page to the handlers
+  // as it arrives, so that no more than a page of objects is ever held; objects that vanished
+  // are deleted after the last page, with a stub that holds only metadata.name and namespace.
+  bool keep_objects = true;
 };
 
 struct InformerHandlers {
@@ -86,9 +93,10 @@ class Informer {
   // Waits (real time) until HasSynced() or `timeout`; returns HasSynced().
   bool WaitForSync(absl::Duration timeout);
 
-  // The cached object, or nullptr. `ns` is "" for cluster-scoped types.
+  // The cached object, or nullptr (always, without keep_objects). `ns` is "" for
+  // cluster-scoped types.
   ObjectPtr Get(absl::string_view ns, absl::string_view name) const;
-  // A snapshot of every cached object (unordered).
+  // A snapshot of every cached object (unordered; empty without keep_objects).
   std::vector<ObjectPtr> List() const;
   size_t Size() const;
   // The resourceVersion the next watch resumes from.
@@ -101,6 +109,10 @@ class Informer {
 
   void Run();
   absl::Status ListAndReconcile();
+  // ListAndReconcile without keep_objects: page by page, against the hashes.
+  absl::Status ListPageByPage();
+  // A watch event without keep_objects: the hash moves, the handlers get the event's object.
+  void ApplyHashed(const WatchEvent& event, const std::string& key, const std::string& rv);
   // One watch; decides how to continue and how long to wait first.
   Next WatchOnce(absl::Duration* delay);
   absl::Duration Backoff();
@@ -116,6 +128,8 @@ class Informer {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, ObjectPtr> cache_ ABSL_GUARDED_BY(mu_);
+  // Without keep_objects: key -> hash of the object's content.
+  absl::flat_hash_map<std::string, uint64_t> hashes_ ABSL_GUARDED_BY(mu_);
   std::string resource_version_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 

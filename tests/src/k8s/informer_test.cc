@@ -62,7 +62,10 @@ class Mirror {
     };
     h.on_update = [this](const nlohmann::json& old_object, const nlohmann::json& o) {
       absl::MutexLock lock(&mu_);
-      EXPECT_EQ(ObjectKey(old_object), ObjectKey(o));
+      if (!old_object.is_null()) {  // null from an informer that keeps hashes only
+        EXPECT_EQ(ObjectKey(old_object), ObjectKey(o));
+      }
+      ++updates_;
       EXPECT_TRUE(state_.contains(ObjectKey(o))) << "update of an unknown object " << ObjectKey(o);
       state_[ObjectKey(o)] = Rv(o);
     };
@@ -82,12 +85,17 @@ class Mirror {
     absl::MutexLock lock(&mu_);
     return deletes_;
   }
+  int updates() {
+    absl::MutexLock lock(&mu_);
+    return updates_;
+  }
 
  private:
   absl::Mutex mu_;
   State state_;
   int adds_ = 0;
   int deletes_ = 0;
+  int updates_ = 0;
 };
 
 class InformerTest : public ::testing::Test {
@@ -138,6 +146,7 @@ class InformerTest : public ::testing::Test {
     options.watch_timeout_seconds = 5;
     options.min_watch_duration = absl::Milliseconds(200);
     options.metrics = metrics_.get();
+    options.keep_objects = keep_objects_;
     informer_ = std::make_unique<Informer>(*client_, type, options);
     informer_->SetHandlers(mirror_.Handlers());
     informer_->Start();
@@ -156,7 +165,13 @@ class InformerTest : public ::testing::Test {
     return state;
   }
 
+  // The cached objects; without keep_objects only their number can be read, so the state is
+  // the mirror's when the sizes agree.
   State CacheState() {
+    if (!keep_objects_) {
+      State mirror = mirror_.state();
+      return informer_->Size() == mirror.size() ? mirror : State{{"size", "differs"}};
+    }
     State state;
     for (const Informer::ObjectPtr& object : informer_->List()) {
       state[ObjectKey(*object)] = Rv(*object);
@@ -241,7 +256,22 @@ class InformerTest : public ::testing::Test {
   std::unique_ptr<RestClient> client_;
   Mirror mirror_;
   std::unique_ptr<Informer> informer_;
+  bool keep_objects_ = true;
 };
+
+// The convergence tests, for an informer that keeps objects and for one that keeps hashes only
+// (the cluster role's, which hands lists over page by page).
+class InformerFaultTest : public InformerTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    keep_objects_ = GetParam();
+    InformerTest::SetUp();
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Cache, InformerFaultTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Objects" : "HashesOnly";
+                         });
 
 TEST_F(InformerTest, ListsThenWatchesAndCallsHandlers) {
   for (int i = 0; i < 7; ++i) {
@@ -271,7 +301,7 @@ TEST_F(InformerTest, NamespacedPods) {
   EXPECT_NE(informer_->Get("ns", "c"), nullptr);
 }
 
-TEST_F(InformerTest, ConvergesThrough5xx) {
+TEST_P(InformerFaultTest, ConvergesThrough5xx) {
   Churn("a-");
   Inject(FaultRule::Kind::kStatus, "list", 3);
   Inject(FaultRule::Kind::kStatus, "watch", 4);
@@ -282,7 +312,7 @@ TEST_F(InformerTest, ConvergesThrough5xx) {
   ExpectConverged();
 }
 
-TEST_F(InformerTest, ConvergesThrough429WithRetryAfter) {
+TEST_P(InformerFaultTest, ConvergesThrough429WithRetryAfter) {
   Churn("a-");
   Inject(FaultRule::Kind::kTooManyRequests, "list", 1);
   Inject(FaultRule::Kind::kTooManyRequests, "watch", 2);
@@ -291,7 +321,7 @@ TEST_F(InformerTest, ConvergesThrough429WithRetryAfter) {
   ExpectConverged();
 }
 
-TEST_F(InformerTest, ConvergesThroughDroppedWatches) {
+TEST_P(InformerFaultTest, ConvergesThroughDroppedWatches) {
   Churn("a-");
   StartInformer();
   ASSERT_TRUE(informer_->WaitForSync(kDeadline));
@@ -308,7 +338,7 @@ TEST_F(InformerTest, ConvergesThroughDroppedWatches) {
   EXPECT_GT(Restarts("dropped"), 0);
 }
 
-TEST_F(InformerTest, RelistsOnGoneAndSynthesisesDeletes) {
+TEST_P(InformerFaultTest, RelistsOnGoneAndSynthesisesDeletes) {
   Churn("a-");
   StartInformer();
   ASSERT_TRUE(informer_->WaitForSync(kDeadline));
@@ -325,7 +355,7 @@ TEST_F(InformerTest, RelistsOnGoneAndSynthesisesDeletes) {
   EXPECT_GE(informer_->ListCountForTest(), 2);
 }
 
-TEST_F(InformerTest, RelistsWhenHistoryIsCompacted) {
+TEST_P(InformerFaultTest, RelistsWhenHistoryIsCompacted) {
   Churn("a-");
   StartInformer();
   ASSERT_TRUE(informer_->WaitForSync(kDeadline));
@@ -344,7 +374,7 @@ TEST_F(InformerTest, RelistsWhenHistoryIsCompacted) {
   EXPECT_GE(informer_->ListCountForTest(), 2);
 }
 
-TEST_F(InformerTest, ConvergesThroughSlowResponses) {
+TEST_P(InformerFaultTest, ConvergesThroughSlowResponses) {
   Churn("a-");
   // Longer than the client's 1 s request timeout: the first list times out and is retried.
   FaultRule slow;
@@ -362,7 +392,7 @@ TEST_F(InformerTest, ConvergesThroughSlowResponses) {
   ExpectConverged();
 }
 
-TEST_F(InformerTest, ConvergesThroughTruncatedBodies) {
+TEST_P(InformerFaultTest, ConvergesThroughTruncatedBodies) {
   Churn("a-");
   Inject(FaultRule::Kind::kTruncateBody, "list", 2);
   StartInformer();
@@ -376,7 +406,7 @@ TEST_F(InformerTest, ConvergesThroughTruncatedBodies) {
   EXPECT_GE(Restarts("error"), 1);
 }
 
-TEST_F(InformerTest, ConvergesAfterServerRestartWithLowerResourceVersions) {
+TEST_P(InformerFaultTest, ConvergesAfterServerRestartWithLowerResourceVersions) {
   for (int round = 0; round < 4; ++round) {
     Churn(absl::StrCat("old", round, "-"));
   }
@@ -403,7 +433,7 @@ TEST_F(InformerTest, ConvergesAfterServerRestartWithLowerResourceVersions) {
   ExpectConverged();
 }
 
-TEST_F(InformerTest, ConvergesAfterQuickServerRestart) {
+TEST_P(InformerFaultTest, ConvergesAfterQuickServerRestart) {
   Churn("old-");
   Churn("older-");
   StartInformer();
@@ -426,6 +456,67 @@ TEST_F(InformerTest, StopIsPromptAndFinal) {
   Churn("b-");
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_EQ(informer_->Size(), size);
+}
+
+TEST_F(InformerTest, HashesOnlyKeepsNoObjectsAndReportsOnlyChanges) {
+  keep_objects_ = false;
+  for (int i = 0; i < 7; ++i) {
+    Create(absl::StrCat("pre-", i));
+  }
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  EXPECT_EQ(informer_->Size(), 7u);
+  EXPECT_EQ(informer_->Get("", "pre-1"), nullptr);
+  EXPECT_TRUE(informer_->List().empty());
+  ExpectConverged();
+  // A relist that finds nothing changed tells the handlers nothing.
+  const int updates = mirror_.updates();
+  Inject(FaultRule::Kind::kGone, "watch", 1);
+  server_->DropWatches();
+  const absl::Time deadline = absl::Now() + kDeadline;
+  while (informer_->ListCountForTest() < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(informer_->ListCountForTest(), 2);
+  ExpectConverged();
+  EXPECT_EQ(mirror_.updates(), updates);
+  EXPECT_EQ(mirror_.deletes(), 0);
+}
+
+TEST_F(InformerTest, HashesOnlyDeletesVanishedObjectsWithTheirNamespace) {
+  keep_objects_ = false;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    ASSERT_TRUE(client_->Create(kPods, "ns", Pod(name)).ok());
+  }
+  std::vector<std::string> deleted;
+  absl::Mutex mu;
+  InformerOptions options;
+  options.keep_objects = false;
+  options.page_size = 3;
+  options.initial_backoff = absl::Milliseconds(10);
+  informer_ = std::make_unique<Informer>(*client_, kPods, options);
+  InformerHandlers handlers;
+  handlers.on_delete = [&](const nlohmann::json& o) {
+    absl::MutexLock lock(&mu);
+    deleted.push_back(ObjectKey(o));
+  };
+  informer_->SetHandlers(handlers);
+  informer_->Start();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  // Off the server while pods vanish; the relist after 410 must report them, by key.
+  Inject(FaultRule::Kind::kStatus, "watch", -1);
+  server_->DropWatches();
+  WaitForNoWatches();
+  ASSERT_TRUE(client_->Delete(kPods, "ns", "b", DeleteOptions()).ok());
+  ASSERT_TRUE(client_->Delete(kPods, "ns", "d", DeleteOptions()).ok());
+  server_->CompactHistory();
+  server_->ClearFaults();
+  const absl::Time deadline = absl::Now() + kDeadline;
+  while (informer_->Size() != 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(deleted, ::testing::UnorderedElementsAre("ns/b", "ns/d"));
 }
 
 // ---------- verbs against the real server ----------
