@@ -25,7 +25,8 @@
 //    fraction of its GPU it takes (memory slices, or the consumed share of a capacity); each
 //    part is unavailable, allocated or free, and stranded under at most one kind and class.
 //
-// Thread-safe (one mutex): informer threads call the event methods concurrently.
+// Thread-safe (one mutex): informer threads call the event methods concurrently. The state it
+// keeps, and the files that implement it by concern, are in analyzer_state.h.
 #pragma once
 
 #include <map>

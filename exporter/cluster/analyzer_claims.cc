@@ -1,0 +1,457 @@
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/analyzer_state.h"
+#include "src/common/log.h"
+#include "src/telemetry/catalog.h"
+#include "src/telemetry/tracing/trace_context.h"
+
+namespace dralens::exporter::cluster {
+
+// --- claims ------------------------------------------------------------------------------------
+
+namespace {
+
+std::string SignatureOf(absl::string_view device_class, const std::vector<model::DeviceSelector>& s,
+                        const std::vector<model::DeviceToleration>& tolerations,
+                        absl::string_view mode, int64_t count) {
+  std::string out = absl::StrCat(device_class, "\x1f", mode, "\x1f", count);
+  for (const model::DeviceSelector& selector : s) {
+    if (selector.cel.has_value()) {
+      absl::StrAppend(&out, "\x1f", selector.cel->expression);
+    }
+  }
+  for (const model::DeviceToleration& t : tolerations) {
+    absl::StrAppend(&out, "\x1e", t.key, "\x1d", t.op, "\x1d", t.value, "\x1d", t.effect);
+  }
+  return out;
+}
+
+}  // namespace
+
+void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
+  absl::MutexLock lock(&mu_);
+  const Key key = absl::StrCat(obj.metadata.namespace_name, "/", obj.metadata.name);
+  auto it = claims_by_key_.find(key);
+  if (it != claims_by_key_.end() && it->second->uid != obj.metadata.uid) {
+    // Same name, new object: the old one is gone.
+    DeleteClaimLocked(key);
+    it = claims_by_key_.find(key);
+  }
+  if (it == claims_by_key_.end()) {
+    auto c = std::make_unique<Claim>();
+    c->key = key;
+    c->ns = obj.metadata.namespace_name;
+    c->name = obj.metadata.name;
+    c->uid = obj.metadata.uid;
+    c->created = obj.metadata.creation_timestamp.value_or(clock_.Now());
+    auto build = [&](const std::string& cls, const std::vector<model::DeviceSelector>& selectors,
+                     const std::vector<model::DeviceToleration>& tolerations,
+                     const std::string& mode, int64_t count) {
+      auto r = std::make_shared<Request>();
+      r->device_class = cls;
+      r->tolerations = tolerations;
+      r->all = mode == "All";
+      r->count = count > 0 ? count : 1;
+      r->signature = SignatureOf(cls, selectors, tolerations, mode, r->count);
+      for (const model::DeviceSelector& s : selectors) {
+        if (s.cel.has_value()) {
+          r->selectors.push_back(SelectorId(s.cel->expression));
+        }
+      }
+      return r;
+    };
+    for (const model::DeviceRequest& req : obj.spec.devices.requests) {
+      if (req.exactly.has_value()) {
+        const model::ExactDeviceRequest& e = *req.exactly;
+        c->requests.push_back(
+            build(e.device_class_name, e.selectors, e.tolerations, e.allocation_mode, e.count));
+      } else {
+        auto r = std::make_shared<Request>();
+        for (const model::DeviceSubRequest& sub : req.first_available) {
+          r->alternatives.push_back(build(sub.device_class_name, sub.selectors, sub.tolerations,
+                                          sub.allocation_mode, sub.count));
+          absl::StrAppend(&r->signature, "\x1c", r->alternatives.back()->signature);
+        }
+        r->device_class =
+            r->alternatives.empty() ? std::string() : r->alternatives.front()->device_class;
+        c->requests.push_back(std::move(r));
+      }
+    }
+    c->device_class = c->requests.empty() ? std::string() : c->requests.front()->device_class;
+    telemetry::StartSpanOptions options;
+    options.trace_id = telemetry::TraceIdFromClaimUid(c->uid);
+    options.start_time = c->created;
+    c->span = tracer_.StartSpan("ResourceClaim", options);
+    c->span->SetAttribute("k8s.namespace.name", c->ns);
+    c->span->SetAttribute("k8s.resourceclaim.name", c->name);
+    c->span->SetAttribute("k8s.resourceclaim.uid", c->uid);
+    c->span->SetAttribute("dra.device_class", c->device_class);
+    it = claims_by_key_.emplace(key, std::move(c)).first;
+    RecordTransition(*it->second, Transition::kCreated);
+  }
+  Claim& claim = *it->second;
+
+  // The class of each request (and sub-request) by the name allocation results use.
+  std::map<std::string, std::string> class_of;
+  for (const model::DeviceRequest& req : obj.spec.devices.requests) {
+    if (req.exactly.has_value()) {
+      class_of[req.name] = req.exactly->device_class_name;
+    }
+    for (const model::DeviceSubRequest& sub : req.first_available) {
+      class_of[absl::StrCat(req.name, "/", sub.name)] = sub.device_class_name;
+    }
+  }
+  std::vector<std::pair<Key, std::string>> devices;
+  std::map<Key, std::map<std::string, double>> consumed;
+  const auto& allocation = obj.status.allocation;
+  if (allocation.has_value()) {
+    for (const model::DeviceRequestAllocationResult& r : allocation->devices.results) {
+      Key device = DeviceKey(r.driver, r.pool, r.device);
+      devices.emplace_back(device, class_of[r.request]);
+      auto& capacity = consumed[device];
+      for (const auto& [name, value] : r.consumed_capacity) {
+        capacity[name] += value.AsApproximateDouble();
+      }
+    }
+    claim.allocation_time = allocation->allocation_timestamp;
+  }
+  claim.allocated = allocation.has_value();
+  SetClaimAllocations(claim, std::move(devices), std::move(consumed));
+  std::vector<Key> pods;
+  for (const model::ResourceClaimConsumerReference& ref : obj.status.reserved_for) {
+    if (ref.resource == "pods" && ref.api_group.empty()) {
+      pods.push_back(absl::StrCat(claim.ns, "/", ref.name));
+    }
+  }
+  SetReservations(claim, std::move(pods));
+  RefreshClaimState(claim);
+  Flush();
+}
+
+void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
+                                   std::map<Key, std::map<std::string, double>> consumed) {
+  if (devices == claim.devices) {
+    bool same = true;
+    for (const auto& [device, capacity] : consumed) {
+      auto a = allocations_.find(device);
+      same = same && a != allocations_.end() && a->second.count(claim.key) > 0 &&
+             a->second[claim.key] == capacity;
+    }
+    if (same) {
+      return;
+    }
+  }
+  std::set<Key> touched;
+  for (const auto& [device, cls] : claim.devices) {
+    auto a = allocations_.find(device);
+    if (a != allocations_.end()) {
+      a->second.erase(claim.key);
+      if (a->second.empty()) {
+        allocations_.erase(a);
+      }
+    }
+    touched.insert(device);
+  }
+  for (const auto& [device, capacity] : consumed) {
+    allocations_[device][claim.key] = capacity;
+    touched.insert(device);
+  }
+  claim.devices = std::move(devices);
+  for (const Key& device : touched) {
+    AllocationChanged(device);
+  }
+}
+
+void Analyzer::SetReservations(Claim& claim, std::vector<Key> pods) {
+  if (pods == claim.reserved_pods) {
+    return;
+  }
+  for (const Key& pod : claim.reserved_pods) {
+    auto it = pod_claims_.find(pod);
+    if (it != pod_claims_.end()) {
+      it->second.erase(claim.key);
+      if (it->second.empty()) {
+        pod_claims_.erase(it);
+      }
+    }
+  }
+  for (const Key& pod : pods) {
+    pod_claims_[pod].insert(claim.key);
+  }
+  claim.reserved_pods = std::move(pods);
+}
+
+ClaimState Analyzer::StateOfClaim(const Claim& claim) const {
+  if (!claim.allocated) {
+    return ClaimState::kPending;
+  }
+  if (claim.reserved_pods.empty()) {
+    return ClaimState::kAllocated;
+  }
+  for (const Key& pod : claim.reserved_pods) {
+    auto it = pods_running_.find(pod);
+    if (it != pods_running_.end() && it->second) {
+      return ClaimState::kInUse;
+    }
+  }
+  return ClaimState::kReserved;
+}
+
+void Analyzer::RecordTransition(Claim& claim, cluster::Transition to) {
+  transition_counters_[to]->Increment();
+  claim.span->AddEvent(ToString(to));
+}
+
+void Analyzer::RefreshClaimState(Claim& claim) {
+  const ClaimState state = StateOfClaim(claim);
+  const bool had_state = claim.has_state;
+  const ClaimState old = claim.state;
+  if (had_state && old == state) {
+    return;
+  }
+  auto count = [&](ClaimState s, int delta) {
+    std::vector<std::string> labels = {std::string(ToString(s)), claim.device_class, claim.ns};
+    auto [it, inserted] = claim_counts_.emplace(labels, std::make_pair(nullptr, 0));
+    if (inserted) {
+      it->second.first = &claims_.Add(
+          {{"state", labels[0]}, {"device_class", labels[1]}, {"namespace", labels[2]}});
+    }
+    it->second.second += delta;
+    it->second.first->Set(it->second.second);
+  };
+  if (had_state) {
+    count(old, -1);
+  }
+  count(state, +1);
+  claim.has_state = true;
+  claim.state = state;
+
+  const bool was_allocated = had_state && old != ClaimState::kPending;
+  const bool was_reserved =
+      had_state && (old == ClaimState::kReserved || old == ClaimState::kInUse);
+  const bool reserved = state == ClaimState::kReserved || state == ClaimState::kInUse;
+  if (state == ClaimState::kPending) {
+    claim.seen_pending = true;
+  }
+  if (!was_allocated && state != ClaimState::kPending) {
+    RecordTransition(claim, Transition::kAllocated);
+    if (claim.seen_pending) {
+      absl::Time at = claim.allocation_time.value_or(clock_.Now());
+      auto [it, inserted] = latency_.emplace(claim.device_class, nullptr);
+      if (inserted) {
+        it->second =
+            &allocation_latency_.Add({{"device_class", claim.device_class}}, LatencyBuckets());
+      }
+      it->second->Observe(std::max(0.0, absl::ToDoubleSeconds(at - claim.created)));
+    }
+  }
+  if (!was_reserved && reserved) {
+    RecordTransition(claim, Transition::kReserved);
+  }
+  if (was_reserved && !reserved) {
+    RecordTransition(claim, Transition::kReleased);
+  }
+  if (state == ClaimState::kInUse && (!had_state || old != ClaimState::kInUse)) {
+    RecordTransition(claim, Transition::kInUse);
+  }
+  if (state == ClaimState::kPending && !claim.pending) {
+    EnterPending(claim);
+  } else if (state != ClaimState::kPending && claim.pending) {
+    LeavePending(claim);
+  }
+  // allocated_not_running follows the state of the claims holding a device.
+  for (const auto& [device, cls] : claim.devices) {
+    if (auto d = devices_.find(device); d != devices_.end()) {
+      MarkDeviceDirty(*d->second);
+    }
+  }
+}
+
+void Analyzer::EnterPending(Claim& claim) {
+  claim.pending = true;
+  pending_.insert(claim.key);
+  if (pending_per_class_[claim.device_class]++ == 0) {
+    pending_shape_changed_ = true;
+  }
+  for (const auto& r : claim.requests) {
+    std::unique_ptr<PendingShape>& shape = pending_requests_[r->signature];
+    if (shape == nullptr) {
+      shape = std::make_unique<PendingShape>();
+      shape->request = r;
+      pending_shape_changed_ = true;
+      RegisterShape(*shape, r->signature);
+    }
+    auto [it, inserted] = shape->claims.emplace(claim.created, claim.key);
+    if (inserted && it == shape->claims.begin()) {
+      oldest_pending_changed_ = true;
+    }
+  }
+  UpdatePendingSeries(claim);
+}
+
+void Analyzer::LeavePending(Claim& claim) {
+  claim.pending = false;
+  pending_.erase(claim.key);
+  if (--pending_per_class_[claim.device_class] == 0) {
+    pending_per_class_.erase(claim.device_class);
+    pending_shape_changed_ = true;
+  }
+  for (const auto& r : claim.requests) {
+    auto it = pending_requests_.find(r->signature);
+    if (it == pending_requests_.end()) {
+      continue;
+    }
+    std::set<std::pair<absl::Time, Key>>& claims = it->second->claims;
+    auto c = claims.find({claim.created, claim.key});
+    if (c != claims.end()) {
+      if (c == claims.begin()) {
+        oldest_pending_changed_ = true;
+      }
+      claims.erase(c);
+    }
+    if (claims.empty()) {
+      UnregisterShape(*it->second, it->first);
+      pending_requests_.erase(it);
+      pending_shape_changed_ = true;
+    }
+  }
+  UpdatePendingSeries(claim);
+}
+
+void Analyzer::UpdatePendingSeries(Claim& claim) {
+  if (!deriving_) {
+    return;  // SetSynced() derives every pending claim's reason once
+  }
+  std::optional<PendingReason> reason;
+  if (claim.pending) {
+    reason = ReasonOfClaim(claim);
+  }
+  if (reason != claim.reason) {
+    auto count = [&](PendingReason r, int delta) {
+      std::vector<std::string> labels = {claim.device_class, std::string(ToString(r))};
+      auto [it, inserted] = pending_counts_.emplace(labels, std::make_pair(nullptr, 0));
+      if (inserted) {
+        it->second.first =
+            &pending_claims_.Add({{"device_class", labels[0]}, {"reason", labels[1]}});
+      }
+      it->second.second += delta;
+      it->second.first->Set(it->second.second);
+    };
+    if (claim.reason.has_value()) {
+      count(*claim.reason, -1);
+    }
+    if (claim.age) {
+      pending_ages_->Erase(claim.key);
+      claim.age = false;
+    }
+    if (reason.has_value()) {
+      count(*reason, +1);
+      // Labels in name order, as a registry family would give them.
+      pending_ages_->Set(claim.key,
+                         {{"claim", claim.name},
+                          {"device_class", claim.device_class},
+                          {"namespace", claim.ns},
+                          {"reason", std::string(ToString(*reason))}},
+                         0);
+      claim.age = true;
+      claim.span->AddEvent("pending", {{"reason", std::string(ToString(*reason))}});
+    }
+    claim.reason = reason;
+  }
+  if (claim.age) {
+    pending_ages_->SetValue(claim.key,
+                            std::max(0.0, absl::ToDoubleSeconds(clock_.Now() - claim.created)));
+  }
+}
+
+bool Analyzer::RequestFits(const Request& request, Device& device) {
+  if (!request.alternatives.empty()) {
+    for (const auto& alt : request.alternatives) {
+      if (RequestFits(*alt, device)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  auto cls = classes_.find(request.device_class);
+  if (cls == classes_.end() || MatchesAll(device, cls->second) != cel::Verdict::kTrue ||
+      MatchesAll(device, request.selectors) != cel::Verdict::kTrue) {
+    return false;
+  }
+  for (const model::DeviceTaint& taint : device.spec.taints) {
+    if (Blocking(taint) &&
+        std::none_of(request.tolerations.begin(), request.tolerations.end(),
+                     [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+PendingReason Analyzer::ReasonOfRequest(const Request& request) {
+  if (!request.alternatives.empty()) {
+    // firstAvailable: the best verdict among the alternatives.
+    PendingReason best = PendingReason::kUnsatisfiable;
+    for (const auto& alt : request.alternatives) {
+      best = std::max(best, ReasonOfRequest(*alt));
+    }
+    return best;
+  }
+  if (auto leaf = leaves_.find(request.signature); leaf != leaves_.end()) {
+    return ReasonOfLeaf(*leaf->second);
+  }
+  return ScanReason(request);
+}
+
+// The reason of a request that no pending claim holds (so it has no counts): one scan.
+PendingReason Analyzer::ScanReason(const Request& request) {
+  PendingReason reason = PendingReason::kUnsatisfiable;
+  auto cls = classes_.find(request.device_class);
+  if (cls != classes_.end()) {
+    bool unknown = !class_unknown_[request.device_class].empty();
+    int64_t matching = 0, untainted = 0, free = 0;
+    for (const Key& key : class_devices_[request.device_class]) {
+      Device& d = *devices_.at(key);
+      cel::Verdict v = MatchesAll(d, request.selectors);
+      if (v == cel::Verdict::kUnknown) {
+        unknown = true;
+      }
+      if (v != cel::Verdict::kTrue) {
+        continue;
+      }
+      ++matching;
+      bool blocked_by_taint = false;
+      for (const model::DeviceTaint& taint : d.spec.taints) {
+        blocked_by_taint =
+            blocked_by_taint ||
+            (Blocking(taint) &&
+             std::none_of(request.tolerations.begin(), request.tolerations.end(),
+                          [&](const model::DeviceToleration& t) { return Tolerates(t, taint); }));
+      }
+      if (blocked_by_taint) {
+        continue;
+      }
+      ++untainted;
+      if (!DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node)) {
+        ++free;
+      }
+    }
+    if (matching == 0 || (!request.all && matching < request.count)) {
+      reason = unknown ? PendingReason::kUnknown : PendingReason::kUnsatisfiable;
+    } else if (untainted == 0 || (!request.all && untainted < request.count)) {
+      reason = PendingReason::kTainted;
+    } else if (free < (request.all ? untainted : request.count)) {
+      reason = PendingReason::kNoCapacity;
+    } else {
+      reason = PendingReason::kWaitingForPod;
+    }
+  }
+  return reason;
+}
+
+}  // namespace dralens::exporter::cluster

@@ -1,0 +1,458 @@
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/analyzer_state.h"
+#include "src/common/log.h"
+#include "src/telemetry/catalog.h"
+#include "src/telemetry/tracing/trace_context.h"
+
+namespace dralens::exporter::cluster {
+
+// --- derived series ----------------------------------------------------------------------------
+
+void Analyzer::Flush() {
+  if (!deriving_) {
+    return;  // the dirty state accumulates until SetSynced()
+  }
+  // A claim's reason is a function of its requests' reasons, so only the claims of a shape
+  // whose reason moved are touched: an allocation that crosses no threshold touches no claim.
+  // (Ages are refreshed by Tick.)
+  if (rederive_all_) {
+    rederive_all_ = false;
+    dirty_leaves_.clear();
+    for (auto& [signature, leaf] : leaves_) {
+      leaf->last = ReasonOfLeaf(*leaf);
+    }
+    for (const Key& key : pending_) {
+      UpdatePendingSeries(*claims_by_key_.at(key));
+    }
+  } else if (!dirty_leaves_.empty()) {
+    std::set<std::string> dirty;
+    dirty.swap(dirty_leaves_);
+    std::set<std::string> shapes;
+    for (const std::string& signature : dirty) {
+      auto leaf = leaves_.find(signature);
+      if (leaf == leaves_.end()) {
+        continue;
+      }
+      const PendingReason reason = ReasonOfLeaf(*leaf->second);
+      if (leaf->second->last != reason) {
+        leaf->second->last = reason;
+        shapes.insert(leaf->second->shapes.begin(), leaf->second->shapes.end());
+      }
+    }
+    std::set<Key> claims;
+    for (const std::string& signature : shapes) {
+      if (auto shape = pending_requests_.find(signature); shape != pending_requests_.end()) {
+        for (const auto& [created, key] : shape->second->claims) {
+          claims.insert(key);
+        }
+      }
+    }
+    for (const Key& key : claims) {
+      UpdatePendingSeries(*claims_by_key_.at(key));
+    }
+  }
+  if (pending_shape_changed_ || oldest_pending_changed_) {
+    MarkAllNodesDirty();
+  }
+  capacity_changed_ = false;
+  pending_shape_changed_ = false;
+  oldest_pending_changed_ = false;
+  std::set<std::string> dirty;
+  dirty.swap(dirty_nodes_);
+  for (const std::string& node : dirty) {
+    RecomputeNode(node);
+  }
+}
+
+void Analyzer::Accrue(Series& series, absl::Time now) {
+  const double dt = absl::ToDoubleSeconds(now - series.last);
+  series.last = now;
+  if (dt <= 0 || series.gpus <= 0) {
+    return;
+  }
+  series.seconds->Increment(series.gpus * dt);
+  const double cost = series.gpus * series.price_per_second * dt;
+  if (cost > 0) {
+    series.cost->Increment(cost);
+  }
+}
+
+std::vector<std::pair<const Analyzer::Claim*, double>> Analyzer::HolderShares(
+    const Device& device) const {
+  std::vector<std::pair<const Claim*, double>> shares;
+  auto a = allocations_.find(device.key);
+  if (a == allocations_.end() || a->second.empty()) {
+    return shares;
+  }
+  if (!device.multi) {
+    // Whole-device allocations: several holders (admin access) split it evenly.
+    for (const auto& [claim_key, consumed] : a->second) {
+      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
+        shares.emplace_back(c->second.get(), 0);
+      }
+    }
+    for (auto& [claim, share] : shares) {
+      share = 1.0 / static_cast<double>(shares.size());
+    }
+    return shares;
+  }
+  // Shares of a device with allowMultipleAllocations: each holder's part of the capacity that
+  // is most consumed (the one that fills the device first).
+  std::map<std::string, double> total;
+  for (const auto& [claim_key, consumed] : a->second) {
+    for (const auto& [name, value] : consumed) {
+      total[name] += value;
+    }
+  }
+  std::string binding;
+  double most = -1;
+  for (const auto& [name, value] : total) {
+    auto cap = device.capacity.find(name);
+    if (cap != device.capacity.end() && cap->second > kEpsilon && value / cap->second > most) {
+      most = value / cap->second;
+      binding = name;
+    }
+  }
+  if (binding.empty()) {
+    return shares;  // nothing consumed that the device measures: no part of it is held
+  }
+  const double capacity = device.capacity.at(binding);
+  const double scale = most > 1 ? 1 / most : 1;  // over-committed: the device is full
+  for (const auto& [claim_key, consumed] : a->second) {
+    auto c = claims_by_key_.find(claim_key);
+    auto v = consumed.find(binding);
+    if (c != claims_by_key_.end() && v != consumed.end() && v->second > 0) {
+      shares.emplace_back(c->second.get(), v->second / capacity * scale);
+    }
+  }
+  return shares;
+}
+
+const Analyzer::Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& free) {
+  const std::pair<absl::Time, Key>* oldest = nullptr;
+  for (const auto& [signature, shape] : pending_requests_) {
+    const std::pair<absl::Time, Key>& first = *shape->claims.begin();
+    if (oldest != nullptr && !(first < *oldest)) {
+      continue;  // this shape's oldest claim could not win
+    }
+    for (Device* d : free) {
+      if (RequestFits(*shape->request, *d)) {
+        oldest = &first;
+        break;
+      }
+    }
+  }
+  if (oldest == nullptr) {
+    return nullptr;
+  }
+  auto c = claims_by_key_.find(oldest->second);
+  return c == claims_by_key_.end() ? nullptr : c->second.get();
+}
+
+Analyzer::GpuTally Analyzer::TallyGpus(const std::string& node) {
+  GpuTally tally;
+  auto devs = node_devices_.find(node);
+  if (devs == node_devices_.end()) {
+    return tally;
+  }
+  const bool down = NodeDown(node);
+  // Devices by physical GPU, in key order so that the result does not depend on hashing.
+  std::map<std::string, std::vector<Device*>> by_gpu;
+  for (const Key& key : devs->second) {
+    Device* d = devices_.at(key).get();
+    by_gpu[d->gpu].push_back(d);
+  }
+  const std::string kFree(ToString(GpuState::kFree));
+  const std::string kAllocated(ToString(GpuState::kAllocated));
+  const std::string kUnavailable(ToString(GpuState::kUnavailable));
+  for (auto& [gpu, devices] : by_gpu) {
+    std::sort(devices.begin(), devices.end(),
+              [](const Device* a, const Device* b) { return a->key < b->key; });
+    const Device& first = *devices.front();
+    const CounterSet* set = nullptr;
+    if (!first.consumes.empty()) {
+      if (auto it = counter_sets_.find(first.consumes.front().first); it != counter_sets_.end()) {
+        set = it->second.get();
+      }
+    }
+    double weights = 0;
+    for (const Device* d : devices) {
+      weights += d->weight;
+    }
+    // The GPU in parts: what each holder holds (unavailable when the device is tainted or the
+    // node down), and what is left.
+    struct Held {
+      const Claim* claim;
+      const std::string* device_class;  // of the request the device was allocated for
+      double gpus;
+      bool unavailable;
+    };
+    auto class_of = [](const Claim& claim, const Key& device) -> const std::string* {
+      for (const auto& [key, cls] : claim.devices) {
+        if (key == device && !cls.empty()) {
+          return &cls;
+        }
+      }
+      return &claim.device_class;
+    };
+    std::vector<Held> held;
+    double left_free = 0, left_unavailable = 0;
+    if (set != nullptr) {
+      // Partitionable: a device holds the share of the counter set it consumes.
+      double taken = 0;
+      bool usable = false;  // some device that nobody holds can still be allocated
+      for (const Device* d : devices) {
+        std::vector<std::pair<const Claim*, double>> holders = HolderShares(*d);
+        if (holders.empty()) {
+          usable = usable || !d->tainted;
+          continue;
+        }
+        std::map<std::string, double> consumed;
+        for (const auto& [set_key, counters] : d->consumes) {
+          if (set_key == set->key) {
+            for (const auto& [name, value] : counters) {
+              consumed[name] += value;
+            }
+          }
+        }
+        const double share = ShareOf(set->capacity, consumed);
+        for (const auto& [claim, part] : holders) {
+          const double gpus = std::min(share * part, std::max(0.0, 1 - taken));
+          taken += gpus;
+          held.push_back({claim, class_of(*claim, d->key), gpus, down || d->tainted});
+        }
+      }
+      const double left = std::max(0.0, 1 - taken);
+      (down || !usable ? left_unavailable : left_free) += left;
+    } else {
+      // Whole devices, or static MIG devices of one parent: each is its weight's share.
+      for (const Device* d : devices) {
+        const double part = weights > 0 ? d->weight / weights : 0;
+        double taken = 0;
+        for (const auto& [claim, share] : HolderShares(*d)) {
+          held.push_back({claim, class_of(*claim, d->key), part * share, down || d->tainted});
+          taken += part * share;
+        }
+        (down || d->tainted ? left_unavailable : left_free) += std::max(0.0, part - taken);
+      }
+    }
+
+    const std::string& product = first.product;
+    auto add_gpus = [&](const std::string& state, double value) {
+      if (value > 0) {
+        tally.gpus[{first.driver, product, state}] += value;
+      }
+    };
+    auto add_stranded = [&](StrandedKind kind, const std::string& cls, double value) {
+      if (value > 0) {
+        tally.stranded[{std::string(ToString(kind)), product, cls}] += value;
+      }
+    };
+    double allocated = 0;
+    for (const Held& h : held) {
+      if (h.unavailable) {
+        add_gpus(kUnavailable, h.gpus);
+        add_stranded(StrandedKind::kAdvertisedUnhealthy, *h.device_class, h.gpus);
+        continue;
+      }
+      add_gpus(kAllocated, h.gpus);
+      allocated += h.gpus;
+      if (h.claim->state != ClaimState::kInUse) {
+        add_stranded(StrandedKind::kAllocatedNotRunning, *h.device_class, h.gpus);
+      }
+    }
+    add_gpus(kUnavailable, left_unavailable);
+    add_stranded(StrandedKind::kAdvertisedUnhealthy, "", left_unavailable);
+    add_gpus(kFree, left_free);
+    if (left_free <= 0 || pending_requests_.empty()) {
+      continue;
+    }
+    // The free part: stranded while a pending claim could use one of its free devices.
+    std::vector<Device*> free;
+    bool mig = false;
+    for (Device* d : devices) {
+      mig = mig || d->type == "mig";
+      if (!d->tainted && DeviceFree(*d)) {
+        free.push_back(d);
+      }
+    }
+    if (const Claim* oldest = OldestPendingFor(free); oldest != nullptr) {
+      add_stranded(StrandedKind::kFreeWhilePending, oldest->device_class, left_free);
+    } else if (mig && (allocated > 0 || set == nullptr)) {
+      add_stranded(StrandedKind::kUnplaceableFragment, "", left_free);
+    }
+  }
+  return tally;
+}
+
+void Analyzer::RecomputeNode(const std::string& node) {
+  auto& slot = node_aggregates_[node];
+  if (slot == nullptr) {
+    slot = std::make_unique<NodeAggregate>();
+  }
+  NodeAggregate& agg = *slot;
+  std::map<std::vector<std::string>, int> pool;
+  static const std::vector<std::string> kNoClass = {""};
+  if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
+    for (const Key& key : devs->second) {
+      Device& d = *devices_.at(key);
+      const std::vector<std::string>& classes = d.classes.empty() ? kNoClass : d.classes;
+      const bool allocated = DeviceAllocated(d);
+      const bool blocked = DeviceBlocked(d);
+      PoolState state = d.tainted                ? PoolState::kTainted
+                        : (allocated || blocked) ? PoolState::kAllocated
+                                                 : PoolState::kFree;
+      for (const std::string& c : classes) {
+        ++pool[{d.driver, c, d.product, std::string(ToString(state))}];
+      }
+    }
+  }
+  // Series that went to zero stay at zero while the node publishes devices, and are dropped
+  // with its last device: prometheus-cpp's Family::Remove scans the whole family, too slow for
+  // every allocation of a large fleet.
+  auto devs = node_devices_.find(node);
+  const bool has_devices = devs != node_devices_.end() && !devs->second.empty();
+  for (auto it = agg.pool_gauges.begin(); it != agg.pool_gauges.end();) {
+    if (pool.count(it->first) > 0) {
+      ++it;
+    } else if (has_devices) {
+      it->second->Set(0);
+      ++it;
+    } else {
+      pool_devices_.Remove(it->second);
+      it = agg.pool_gauges.erase(it);
+    }
+  }
+  for (const auto& [labels, count] : pool) {
+    prometheus::Gauge*& g = agg.pool_gauges[labels];
+    if (g == nullptr) {
+      g = &pool_devices_.Add({{"node", node},
+                              {"driver", labels[0]},
+                              {"device_class", labels[1]},
+                              {"product", labels[2]},
+                              {"state", labels[3]}});
+    }
+    g->Set(count);
+  }
+  agg.pool = std::move(pool);
+
+  GpuTally tally = TallyGpus(node);
+  for (auto it = agg.gpu_gauges.begin(); it != agg.gpu_gauges.end();) {
+    if (tally.gpus.count(it->first) > 0) {
+      ++it;
+    } else if (has_devices) {
+      it->second->Set(0);
+      ++it;
+    } else {
+      gpus_.Remove(it->second);
+      it = agg.gpu_gauges.erase(it);
+    }
+  }
+  for (const auto& [labels, value] : tally.gpus) {
+    prometheus::Gauge*& g = agg.gpu_gauges[labels];
+    if (g == nullptr) {
+      g = &gpus_.Add(
+          {{"node", node}, {"driver", labels[0]}, {"product", labels[1]}, {"state", labels[2]}});
+    }
+    g->Set(value);
+  }
+
+  // Stranded series: accrue what the old value earned, then switch to the new one.
+  const absl::Time now = clock_.Now();
+  std::set<std::vector<std::string>> keys = agg.stranded;
+  for (const auto& [labels, value] : tally.stranded) {
+    keys.insert(labels);
+  }
+  for (const std::vector<std::string>& labels : keys) {
+    std::unique_ptr<Series>& s = stranded_[{labels[0], node, labels[1], labels[2]}];
+    if (s == nullptr) {
+      s = std::make_unique<Series>();
+      prometheus::Labels l = {
+          {"kind", labels[0]}, {"node", node}, {"product", labels[1]}, {"device_class", labels[2]}};
+      s->gauge = &stranded_gpus_.Add(l);
+      s->seconds = &stranded_seconds_.Add(l);
+      s->cost = &stranded_cost_.Add(l);
+      s->price_per_second = prices_.PriceOf(labels[2], labels[1]) / 3600.0;
+      s->last = now;
+    }
+    Accrue(*s, now);
+    auto found = tally.stranded.find(labels);
+    s->gpus = found == tally.stranded.end() ? 0 : found->second;
+    s->gauge->Set(s->gpus);
+  }
+  agg.stranded.clear();
+  for (const auto& [labels, value] : tally.stranded) {
+    agg.stranded.insert(labels);
+  }
+  RecomputePlaceable(node);
+}
+
+void Analyzer::RecomputePlaceable(const std::string& node) {
+  NodeAggregate& agg = *node_aggregates_[node];
+  std::map<std::vector<std::string>, double> placeable;
+  for (const auto& [set_key, set] : counter_sets_) {
+    if (set->node != node) {
+      continue;
+    }
+    std::map<std::string, std::vector<Device*>> by_profile;
+    for (const Key& key : set->devices) {
+      Device& d = *devices_.at(key);
+      std::string profile = !d.profile.empty() ? d.profile : (!d.type.empty() ? d.type : "device");
+      auto& list = by_profile[profile];
+      auto a = allocations_.find(key);
+      if (!d.tainted && (a == allocations_.end() || a->second.empty())) {
+        list.push_back(&d);
+      }
+    }
+    for (auto& [profile, candidates] : by_profile) {
+      std::sort(candidates.begin(), candidates.end(),
+                [](const Device* a, const Device* b) { return a->key < b->key; });
+      std::map<std::string, double> left = set->capacity;
+      for (const auto& [name, used] : set->used) {
+        left[name] -= used;
+      }
+      int fits = 0;
+      for (const Device* d : candidates) {
+        for (const auto& [consumed_set, counters] : d->consumes) {
+          if (consumed_set != set_key) {
+            continue;
+          }
+          bool ok = true;
+          for (const auto& [name, need] : counters) {
+            ok = ok && left[name] + kEpsilon >= need;
+          }
+          if (ok) {
+            for (const auto& [name, need] : counters) {
+              left[name] -= need;
+            }
+            ++fits;
+          }
+        }
+      }
+      placeable[{set->name, profile}] = fits;
+    }
+  }
+  for (auto it = agg.placeable.begin(); it != agg.placeable.end();) {
+    if (placeable.count(it->first) == 0) {
+      mig_placeable_.Remove(it->second);
+      it = agg.placeable.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [labels, count] : placeable) {
+    prometheus::Gauge*& g = agg.placeable[labels];
+    if (g == nullptr) {
+      g = &mig_placeable_.Add({{"node", node}, {"gpu", labels[0]}, {"profile", labels[1]}});
+    }
+    g->Set(count);
+  }
+}
+
+}  // namespace dralens::exporter::cluster

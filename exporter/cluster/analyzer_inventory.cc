@@ -1,0 +1,328 @@
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/analyzer_state.h"
+#include "src/common/log.h"
+#include "src/telemetry/catalog.h"
+#include "src/telemetry/tracing/trace_context.h"
+
+namespace dralens::exporter::cluster {
+
+// --- slices, classes, nodes ------------------------------------------------------------------
+
+void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>& touched) {
+  auto it = slices_.find(name);
+  if (it == slices_.end()) {
+    return;
+  }
+  for (const Key& key : it->second.first) {
+    auto dev = devices_.find(key);
+    if (dev == devices_.end() || dev->second->slice != name) {
+      continue;  // republished by another slice of the pool meanwhile
+    }
+    Device& d = *dev->second;
+    CountDevice(d, -1);
+    UnclassifyDevice(d);
+    node_devices_[d.node].erase(key);
+    dirty_nodes_.insert(d.node);
+    touched.insert(d.node);
+    for (const auto& [set_key, counters] : d.consumes) {
+      if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
+        set->second->devices.erase(key);
+      }
+    }
+    devices_.erase(dev);
+  }
+  for (const std::string& set_key : it->second.second) {
+    auto set = counter_sets_.find(set_key);
+    if (set != counter_sets_.end() && set->second->slice == name) {
+      dirty_nodes_.insert(set->second->node);
+      touched.insert(set->second->node);
+      counter_sets_.erase(set);
+    }
+  }
+  slices_.erase(it);
+  capacity_changed_ = true;
+}
+
+void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
+  absl::MutexLock lock(&mu_);
+  const std::string& name = slice.metadata.name;
+  // Devices that come back unchanged keep their cached selector verdicts.
+  std::unordered_map<Key, std::unordered_map<int, cel::Verdict>> kept;
+  if (auto old = slices_.find(name); old != slices_.end()) {
+    for (const Key& key : old->second.first) {
+      if (auto dev = devices_.find(key); dev != devices_.end()) {
+        kept[key] = std::move(dev->second->verdicts);
+      }
+    }
+  }
+  std::unordered_map<Key, model::SliceDevice> old_specs;
+  if (auto old = slices_.find(name); old != slices_.end()) {
+    for (const Key& key : old->second.first) {
+      if (auto dev = devices_.find(key); dev != devices_.end()) {
+        old_specs[key] = dev->second->spec;
+      }
+    }
+  }
+  std::set<std::string> touched;
+  RemoveSliceLocked(name, touched);
+  const model::ResourceSliceSpec& spec = slice.spec;
+  const std::string slice_node = spec.node_name.value_or("");
+  std::vector<Key> keys;
+  std::vector<std::string> set_keys;
+  for (const model::CounterSet& cs : spec.shared_counters) {
+    auto set = std::make_unique<CounterSet>();
+    set->key = DeviceKey(spec.driver, spec.pool.name, cs.name);
+    set->slice = name;
+    set->node = slice_node;
+    set->name = cs.name;
+    for (const auto& [counter, value] : cs.counters) {
+      set->capacity[counter] = value.value.AsApproximateDouble();
+    }
+    set_keys.push_back(set->key);
+    counter_sets_[set->key] = std::move(set);
+  }
+  for (const model::SliceDevice& sd : spec.devices) {
+    auto d = std::make_unique<Device>();
+    d->key = DeviceKey(spec.driver, spec.pool.name, sd.name);
+    d->slice = name;
+    d->driver = spec.driver;
+    d->pool = spec.pool.name;
+    d->node = sd.node_name.value_or(slice_node);
+    d->spec = sd;
+    d->product = StringAttribute(sd, "productName");
+    d->type = StringAttribute(sd, "type");
+    d->profile = StringAttribute(sd, "profile");
+    d->multi = sd.allow_multiple_allocations.value_or(false);
+    d->tainted = std::any_of(sd.taints.begin(), sd.taints.end(), Blocking);
+    for (const model::DeviceCounterConsumption& c : sd.consumes_counters) {
+      std::map<std::string, double> counters;
+      for (const auto& [counter, value] : c.counters) {
+        counters[counter] = value.value.AsApproximateDouble();
+      }
+      std::string set_key = DeviceKey(spec.driver, spec.pool.name, c.counter_set);
+      d->consumes.emplace_back(set_key, std::move(counters));
+    }
+    double slices = 0;
+    for (const auto& [name, value] : sd.capacity) {
+      d->capacity[name] = value.value.AsApproximateDouble();
+      if (IsMemorySlice(name)) {
+        slices += d->capacity[name];
+      }
+    }
+    if (slices > 0) {
+      d->weight = slices;
+    } else if (auto m = d->capacity.find("memory"); m != d->capacity.end() && m->second > 0) {
+      d->weight = m->second;
+    }
+    if (!d->consumes.empty()) {
+      d->gpu = absl::StrCat("counters\x1f", d->consumes.front().first);
+    } else if (std::string parent = StringAttribute(sd, "parentUUID"); !parent.empty()) {
+      d->gpu = absl::StrCat("uuid\x1f", spec.driver, "\x1f", parent);
+    } else if (std::string uuid = StringAttribute(sd, "uuid"); !uuid.empty()) {
+      d->gpu = absl::StrCat("uuid\x1f", spec.driver, "\x1f", uuid);
+    } else {
+      d->gpu = absl::StrCat("device\x1f", d->key);
+    }
+    if (auto old = old_specs.find(d->key); old != old_specs.end() && old->second == sd) {
+      d->verdicts = std::move(kept[d->key]);
+    }
+    if (auto existing = devices_.find(d->key); existing != devices_.end()) {
+      // The device moved here from another slice of the pool.
+      Device& e = *existing->second;
+      CountDevice(e, -1);
+      touched.insert(e.node);
+      UnclassifyDevice(e);
+      node_devices_[e.node].erase(e.key);
+      dirty_nodes_.insert(e.node);
+      devices_.erase(existing);
+    }
+    ClassifyDevice(*d);
+    node_devices_[d->node].insert(d->key);
+    dirty_nodes_.insert(d->node);
+    keys.push_back(d->key);
+    devices_[d->key] = std::move(d);
+  }
+  // Attach consumers to their counter sets, which may come from another slice of the pool.
+  for (const Key& key : keys) {
+    for (const auto& [set_key, counters] : devices_[key]->consumes) {
+      if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
+        set->second->devices.insert(key);
+      }
+    }
+  }
+  for (const std::string& set_key : set_keys) {
+    // Consumers published in other slices of the pool.
+    for (const auto& [key, dev] : devices_) {
+      for (const auto& [consumed, counters] : dev->consumes) {
+        if (consumed == set_key) {
+          counter_sets_[set_key]->devices.insert(key);
+        }
+      }
+    }
+    RecountCounters(set_key);
+  }
+  for (const Key& key : keys) {
+    for (const auto& [set_key, counters] : devices_[key]->consumes) {
+      RecountCounters(set_key);
+    }
+  }
+  touched.insert(slice_node);
+  for (const Key& key : keys) {
+    Device& d = *devices_[key];
+    touched.insert(d.node);
+    d.counted_free = !DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node);
+    CountDevice(d, +1);
+  }
+  // Devices of other slices whose counters this one publishes or frees.
+  for (const std::string& node : touched) {
+    RefreshNodeDevices(node);
+  }
+  slices_[name] = {std::move(keys), std::move(set_keys)};
+  capacity_changed_ = true;
+  Flush();
+}
+
+void Analyzer::DeleteSlice(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> touched;
+  RemoveSliceLocked(name, touched);
+  for (const std::string& node : touched) {
+    RefreshNodeDevices(node);
+  }
+  Flush();
+}
+
+void Analyzer::UpsertClass(const model::DeviceClass& device_class) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int> selectors;
+  for (const model::DeviceSelector& s : device_class.spec.selectors) {
+    if (s.cel.has_value()) {
+      selectors.push_back(SelectorId(s.cel->expression));
+    }
+  }
+  auto it = classes_.find(device_class.metadata.name);
+  if (it != classes_.end() && it->second == selectors) {
+    return;
+  }
+  classes_[device_class.metadata.name] = std::move(selectors);
+  for (auto& [key, device] : devices_) {
+    ClassifyDevice(*device);
+  }
+  for (auto& [signature, leaf] : leaves_) {
+    RecountLeaf(*leaf);
+  }
+  capacity_changed_ = true;
+  pending_shape_changed_ = true;
+  MarkAllNodesDirty();
+  Flush();
+}
+
+void Analyzer::DeleteClass(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (classes_.erase(name) == 0) {
+    return;
+  }
+  for (auto& [key, device] : devices_) {
+    ClassifyDevice(*device);
+  }
+  class_devices_.erase(name);
+  class_unknown_.erase(name);
+  for (auto& [signature, leaf] : leaves_) {
+    RecountLeaf(*leaf);
+  }
+  capacity_changed_ = true;
+  pending_shape_changed_ = true;
+  MarkAllNodesDirty();
+  Flush();
+}
+
+void Analyzer::UpsertNode(const NodeInfo& node) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node.name);
+  bool changed = it == nodes_.end() || it->second.ready != node.ready;
+  nodes_[node.name] = node;
+  if (changed) {
+    RefreshNodeDevices(node.name);
+    dirty_nodes_.insert(node.name);
+    capacity_changed_ = true;
+    Flush();
+  }
+}
+
+void Analyzer::DeleteNode(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (nodes_.erase(name) > 0) {
+    RefreshNodeDevices(name);
+    dirty_nodes_.insert(name);
+    capacity_changed_ = true;
+    Flush();
+  }
+}
+
+void Analyzer::SetNodesSynced() {
+  absl::MutexLock lock(&mu_);
+  nodes_synced_ = true;
+  for (auto& [key, device] : devices_) {
+    RefreshFree(*device);
+  }
+  MarkAllNodesDirty();
+  capacity_changed_ = true;
+  Flush();
+}
+
+void Analyzer::SetSynced() {
+  absl::MutexLock lock(&mu_);
+  if (deriving_) {
+    return;
+  }
+  deriving_ = true;
+  MarkAllNodesDirty();
+  capacity_changed_ = true;
+  rederive_all_ = true;
+  Flush();
+}
+
+// --- pods --------------------------------------------------------------------------------------
+
+void Analyzer::UpsertPod(const model::Pod& pod) {
+  absl::MutexLock lock(&mu_);
+  const Key key = absl::StrCat(pod.metadata.namespace_name, "/", pod.metadata.name);
+  const bool running = pod.status.phase == "Running";
+  auto [it, inserted] = pods_running_.emplace(key, running);
+  if (!inserted && it->second == running) {
+    return;
+  }
+  it->second = running;
+  if (auto claims = pod_claims_.find(key); claims != pod_claims_.end()) {
+    for (const Key& claim_key : claims->second) {
+      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
+        RefreshClaimState(*c->second);
+      }
+    }
+  }
+  Flush();
+}
+
+void Analyzer::DeletePod(const std::string& ns, const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  const Key key = absl::StrCat(ns, "/", name);
+  if (pods_running_.erase(key) == 0) {
+    return;
+  }
+  if (auto claims = pod_claims_.find(key); claims != pod_claims_.end()) {
+    for (const Key& claim_key : claims->second) {
+      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
+        RefreshClaimState(*c->second);
+      }
+    }
+  }
+  Flush();
+}
+
+}  // namespace dralens::exporter::cluster

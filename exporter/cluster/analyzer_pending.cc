@@ -1,0 +1,196 @@
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/analyzer_state.h"
+#include "src/common/log.h"
+#include "src/telemetry/catalog.h"
+#include "src/telemetry/tracing/trace_context.h"
+
+namespace dralens::exporter::cluster {
+
+// --- counts per pending request shape ------------------------------------------------------------
+
+int Analyzer::LeafMatch(const Request& leaf, Device& device) {
+  auto cls = classes_.find(leaf.device_class);
+  if (cls == classes_.end()) {
+    return 0;
+  }
+  cel::Verdict v = MatchesAll(device, cls->second);
+  if (v == cel::Verdict::kTrue) {
+    v = MatchesAll(device, leaf.selectors);
+  }
+  if (v == cel::Verdict::kFalse) {
+    return 0;
+  }
+  if (v == cel::Verdict::kUnknown) {
+    return 1;
+  }
+  for (const model::DeviceTaint& taint : device.spec.taints) {
+    if (Blocking(taint) &&
+        std::none_of(leaf.tolerations.begin(), leaf.tolerations.end(),
+                     [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
+      return 2;
+    }
+  }
+  return 3;
+}
+
+void Analyzer::CountDevice(Device& device, int sign) {
+  if ((sign > 0) == device.counted) {
+    return;
+  }
+  device.counted = sign > 0;
+  for (auto& [signature, leaf] : leaves_) {
+    const int m = LeafMatch(*leaf->request, device);
+    if (m == 0) {
+      continue;
+    }
+    leaf->unknown += sign * (m == 1);
+    leaf->matching += sign * (m >= 2);
+    leaf->untainted += sign * (m == 3);
+    leaf->free += sign * (m == 3 && device.counted_free);
+    dirty_leaves_.insert(signature);
+  }
+}
+
+void Analyzer::RefreshFree(Device& device) {
+  if (!device.counted) {
+    return;
+  }
+  const bool free = !DeviceAllocated(device) && !DeviceBlocked(device) && !NodeDown(device.node);
+  if (free == device.counted_free) {
+    return;
+  }
+  device.counted_free = free;
+  for (auto& [signature, leaf] : leaves_) {
+    if (LeafMatch(*leaf->request, device) == 3) {
+      leaf->free += free ? 1 : -1;
+      dirty_leaves_.insert(signature);
+    }
+  }
+}
+
+void Analyzer::RefreshNodeDevices(const std::string& node) {
+  auto devs = node_devices_.find(node);
+  if (devs == node_devices_.end()) {
+    return;
+  }
+  for (const Key& key : devs->second) {
+    RefreshFree(*devices_.at(key));
+  }
+}
+
+void Analyzer::RecountLeaf(LeafCounts& leaf) {
+  leaf.unknown = leaf.matching = leaf.untainted = leaf.free = 0;
+  for (const auto* index : {&class_devices_, &class_unknown_}) {
+    auto keys = index->find(leaf.request->device_class);
+    if (keys == index->end()) {
+      continue;
+    }
+    for (const Key& key : keys->second) {
+      Device& d = *devices_.at(key);
+      if (!d.counted) {
+        continue;
+      }
+      const int m = LeafMatch(*leaf.request, d);
+      leaf.unknown += m == 1;
+      leaf.matching += m >= 2;
+      leaf.untainted += m == 3;
+      leaf.free += m == 3 && d.counted_free;
+    }
+  }
+  dirty_leaves_.insert(leaf.request->signature);
+}
+
+PendingReason Analyzer::ReasonOfLeaf(const LeafCounts& leaf) const {
+  const Request& r = *leaf.request;
+  if (classes_.count(r.device_class) == 0) {
+    return PendingReason::kUnsatisfiable;
+  }
+  if (leaf.matching == 0 || (!r.all && leaf.matching < r.count)) {
+    return leaf.unknown > 0 ? PendingReason::kUnknown : PendingReason::kUnsatisfiable;
+  }
+  if (leaf.untainted == 0 || (!r.all && leaf.untainted < r.count)) {
+    return PendingReason::kTainted;
+  }
+  if (leaf.free < (r.all ? leaf.untainted : r.count)) {
+    return PendingReason::kNoCapacity;
+  }
+  return PendingReason::kWaitingForPod;
+}
+
+void Analyzer::RegisterShape(const PendingShape& shape, const std::string& signature) {
+  std::vector<std::shared_ptr<Request>> parts = shape.request->alternatives;
+  if (parts.empty()) {
+    parts.push_back(shape.request);
+  }
+  for (const std::shared_ptr<Request>& part : parts) {
+    std::unique_ptr<LeafCounts>& leaf = leaves_[part->signature];
+    if (leaf == nullptr) {
+      leaf = std::make_unique<LeafCounts>();
+      leaf->request = part;
+      RecountLeaf(*leaf);
+    }
+    leaf->shapes.insert(signature);
+  }
+}
+
+void Analyzer::UnregisterShape(const PendingShape& shape, const std::string& signature) {
+  std::vector<std::shared_ptr<Request>> parts = shape.request->alternatives;
+  if (parts.empty()) {
+    parts.push_back(shape.request);
+  }
+  for (const std::shared_ptr<Request>& part : parts) {
+    auto leaf = leaves_.find(part->signature);
+    if (leaf == leaves_.end()) {
+      continue;
+    }
+    leaf->second->shapes.erase(signature);
+    if (leaf->second->shapes.empty()) {
+      dirty_leaves_.erase(leaf->first);
+      leaves_.erase(leaf);
+    }
+  }
+}
+
+PendingReason Analyzer::ReasonOfClaim(const Claim& claim) {
+  PendingReason worst = PendingReason::kWaitingForPod;
+  for (const auto& r : claim.requests) {
+    worst = std::min(worst, ReasonOfRequest(*r));
+  }
+  return worst;
+}
+
+void Analyzer::DeleteClaim(const model::ResourceClaim& obj) {
+  absl::MutexLock lock(&mu_);
+  DeleteClaimLocked(absl::StrCat(obj.metadata.namespace_name, "/", obj.metadata.name));
+  Flush();
+}
+
+void Analyzer::DeleteClaimLocked(const Key& key) {
+  auto it = claims_by_key_.find(key);
+  if (it == claims_by_key_.end()) {
+    return;
+  }
+  Claim& claim = *it->second;
+  if (claim.pending) {
+    LeavePending(claim);
+  }
+  SetClaimAllocations(claim, {}, {});
+  SetReservations(claim, {});
+  if (claim.has_state) {
+    auto c = claim_counts_.find({std::string(ToString(claim.state)), claim.device_class, claim.ns});
+    if (c != claim_counts_.end()) {
+      c->second.first->Set(--c->second.second);
+    }
+  }
+  RecordTransition(claim, Transition::kDeleted);
+  claim.span->End();
+  claims_by_key_.erase(it);
+}
+
+}  // namespace dralens::exporter::cluster

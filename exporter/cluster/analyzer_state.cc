@@ -1,0 +1,84 @@
+#include "exporter/cluster/analyzer_state.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace dralens::exporter::cluster {
+
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
+  return *buckets;
+}
+
+std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::string_view device) {
+  return absl::StrCat(driver, "/", pool, "/", device);
+}
+
+const model::DeviceAttribute* Attribute(const model::SliceDevice& device, absl::string_view name) {
+  for (const auto& [key, value] : device.attributes) {
+    if (key == name || (absl::EndsWith(key, name) && key.size() > name.size() &&
+                        key[key.size() - name.size() - 1] == '/')) {
+      return &value;
+    }
+  }
+  return nullptr;
+}
+
+std::string StringAttribute(const model::SliceDevice& device, absl::string_view name) {
+  const model::DeviceAttribute* a = Attribute(device, name);
+  if (a == nullptr || a->AsString() == nullptr) {
+    return "";
+  }
+  return *a->AsString();
+}
+
+bool IsMemorySlice(absl::string_view name) {
+  return absl::StartsWith(name, "memory-slice") || absl::StartsWith(name, "memorySlice");
+}
+
+double ShareOf(const std::map<std::string, double>& capacity,
+               const std::map<std::string, double>& used) {
+  auto ratio = [](double u, double c) { return c > kEpsilon ? std::clamp(u / c, 0.0, 1.0) : 0.0; };
+  double slices = 0, slices_used = 0;
+  for (const auto& [name, value] : capacity) {
+    if (IsMemorySlice(name)) {
+      slices += value;
+      if (auto u = used.find(name); u != used.end()) {
+        slices_used += u->second;
+      }
+    }
+  }
+  if (slices > kEpsilon) {
+    return ratio(slices_used, slices);
+  }
+  if (auto m = capacity.find("memory"); m != capacity.end()) {
+    auto u = used.find("memory");
+    return ratio(u == used.end() ? 0 : u->second, m->second);
+  }
+  double share = 0;
+  for (const auto& [name, value] : capacity) {
+    if (auto u = used.find(name); u != used.end()) {
+      share = std::max(share, ratio(u->second, value));
+    }
+  }
+  return share;
+}
+
+bool Blocking(const model::DeviceTaint& taint) {
+  return taint.effect == "NoSchedule" || taint.effect == "NoExecute";
+}
+
+bool Tolerates(const model::DeviceToleration& t, const model::DeviceTaint& taint) {
+  if (!t.effect.empty() && t.effect != taint.effect) {
+    return false;
+  }
+  if (t.op == "Exists") {
+    return t.key.empty() || t.key == taint.key;
+  }
+  return t.key == taint.key && t.value == taint.value;
+}
+
+}  // namespace dralens::exporter::cluster

@@ -1,0 +1,144 @@
+// The analyzer's inner state: the records it keeps per device, counter set, request, claim,
+// series and node, and the rules they are judged by. Private to exporter/cluster/analyzer*.cc,
+// which implement the Analyzer by concern:
+//   analyzer.cc            construction, selectors, device state, Tick and queries
+//   analyzer_inventory.cc  slices, classes, nodes and pods as they come and go
+//   analyzer_claims.cc     claims: allocations, reservations, states, transitions, spans
+//   analyzer_pending.cc    pending claims' reasons, from counts kept per request shape
+//   analyzer_gpus.cc       the derived series: physical GPUs, stranded capacity, MIG placement
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "exporter/cluster/analyzer.h"
+#include "prometheus/histogram.h"
+#include "src/cel/cel.h"
+#include "src/model/resource.h"
+#include "src/telemetry/tracing/tracer.h"
+
+namespace dralens::exporter::cluster {
+
+inline constexpr double kEpsilon = 1e-9;
+
+// Allocation latencies: from a second (a scheduler that keeps up) to an hour (a claim that
+// waited for capacity).
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
+
+std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::string_view device);
+
+// An attribute by its unqualified name, published either bare or in any domain.
+const model::DeviceAttribute* Attribute(const model::SliceDevice& device, absl::string_view name);
+std::string StringAttribute(const model::SliceDevice& device, absl::string_view name);
+
+// Counters and capacities that count a GPU's MIG memory slices: the unit MIG placement is made
+// of (a GPU has 8, or 4 on an A30; every instance owns whole slices and no two share one).
+bool IsMemorySlice(absl::string_view name);
+
+// The share of `capacity` that `used` takes, by the rule of docs/cluster.md: memory slices
+// when the set counts them, else memory, else the scarcest counter.
+double ShareOf(const std::map<std::string, double>& capacity,
+               const std::map<std::string, double>& used);
+
+bool Blocking(const model::DeviceTaint& taint);
+bool Tolerates(const model::DeviceToleration& t, const model::DeviceTaint& taint);
+
+struct Analyzer::Device {
+  Key key;
+  std::string slice;
+  std::string driver, pool, node, product, type, profile;
+  model::SliceDevice spec;
+  bool tainted = false;  // a NoSchedule/NoExecute taint
+  bool multi = false;    // allowMultipleAllocations
+  // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
+  // else the device itself. Devices with the same key are one GPU.
+  std::string gpu;
+  // Without counters: its weight among the devices of its GPU (memory slices, else memory).
+  double weight = 1;
+  std::map<std::string, double> capacity;
+  bool counted = false;       // its part is in the leaves' counts
+  bool counted_free = false;  // counted as free (not held, not blocked, node up)
+  std::vector<std::pair<std::string, std::map<std::string, double>>> consumes;  // set key
+  std::vector<std::string> classes;          // classes it surely matches
+  std::vector<std::string> unknown_classes;  // classes whose selectors it cannot judge
+  std::unordered_map<int, cel::Verdict> verdicts;
+};
+
+struct Analyzer::CounterSet {
+  std::string key, slice, node, name;
+  std::map<std::string, double> capacity;
+  std::map<std::string, double> used;
+  std::set<Key> devices;
+};
+
+struct Analyzer::Request {
+  std::string signature;
+  std::string device_class;
+  std::vector<int> selectors;
+  std::vector<model::DeviceToleration> tolerations;
+  bool all = false;
+  int64_t count = 1;
+  std::vector<std::shared_ptr<Request>> alternatives;  // firstAvailable: any one will do
+};
+
+struct Analyzer::Claim {
+  Key key;
+  std::string ns, name, uid, device_class;
+  absl::Time created = absl::InfinitePast();
+  std::vector<std::shared_ptr<Request>> requests;
+  std::vector<std::pair<Key, std::string>> devices;  // device key, class of its request
+  std::vector<Key> reserved_pods;
+  bool allocated = false;
+  std::optional<absl::Time> allocation_time;
+  bool has_state = false;
+  ClaimState state = ClaimState::kPending;
+  bool pending = false;
+  bool seen_pending = false;
+  std::optional<PendingReason> reason;
+  bool age = false;  // has a pending age series
+  telemetry::SpanPtr span;
+};
+
+struct Analyzer::Series {
+  prometheus::Gauge* gauge = nullptr;
+  prometheus::Counter* seconds = nullptr;
+  prometheus::Counter* cost = nullptr;
+  double price_per_second = 0;
+  double gpus = 0;
+  absl::Time last;
+};
+
+struct Analyzer::NodeAggregate {
+  std::map<std::vector<std::string>, int> pool;  // driver, class, product, state
+  std::map<std::vector<std::string>, prometheus::Gauge*> pool_gauges;
+  std::map<std::vector<std::string>, prometheus::Gauge*> gpu_gauges;  // driver, product, state
+  std::set<std::vector<std::string>> stranded;                        // kind, product, class
+  std::map<std::vector<std::string>, prometheus::Gauge*> placeable;   // gpu, profile
+};
+
+struct Analyzer::PendingShape {
+  std::shared_ptr<Request> request;
+  std::set<std::pair<absl::Time, Key>> claims;  // (created, key): oldest first
+};
+
+struct Analyzer::LeafCounts {
+  std::shared_ptr<Request> request;
+  std::set<std::string> shapes;  // signatures of the pending shapes that use it
+  int64_t unknown = 0, matching = 0, untainted = 0, free = 0;
+  std::optional<PendingReason> last;  // the reason the pending claims were last given
+};
+
+struct Analyzer::GpuTally {
+  std::map<std::vector<std::string>, double> gpus;      // driver, product, state
+  std::map<std::vector<std::string>, double> stranded;  // kind, product, class
+};
+
+}  // namespace dralens::exporter::cluster
