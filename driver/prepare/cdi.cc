@@ -1,5 +1,6 @@
 #include "driver/prepare/cdi.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <system_error>
@@ -11,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "src/common/atomic_file.h"
 #include "src/common/status.h"
 
@@ -191,6 +193,22 @@ std::string CdiDeviceId(absl::string_view claim_uid, absl::string_view device) {
 
 std::string CdiSpecFileName(absl::string_view claim_uid) {
   return absl::StrCat(kCdiVendor, "-", kCdiClass, "_", claim_uid, ".json");
+}
+
+std::vector<std::string> ClaimUidsWithSpecs(const std::string& cdi_root) {
+  const std::string prefix = absl::StrCat(kCdiVendor, "-", kCdiClass, "_");
+  std::vector<std::string> uids;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(cdi_root, ec)) {
+    const std::string name = entry.path().filename().string();
+    absl::string_view uid = name;
+    if (absl::ConsumePrefix(&uid, prefix) && absl::ConsumeSuffix(&uid, ".json") &&
+        ValidateClaimUid(uid).ok()) {
+      uids.emplace_back(uid);
+    }
+  }
+  std::sort(uids.begin(), uids.end());
+  return uids;
 }
 
 absl::StatusOr<CdiSpec> BuildClaimCdiSpec(absl::string_view claim_uid,

@@ -129,6 +129,10 @@ std::string CdiDeviceId(absl::string_view claim_uid, absl::string_view device);
 // "k8s.gpu.dralens.dev-claim_<claimUID>.json".
 std::string CdiSpecFileName(absl::string_view claim_uid);
 
+// The claim UIDs that have a spec file of ours (CdiSpecFileName) under `cdi_root`, sorted;
+// none when the folder is missing or unreadable. Temporary files of an atomic write do not count.
+std::vector<std::string> ClaimUidsWithSpecs(const std::string& cdi_root);
+
 // Pure: the spec for one claim. Devices keep the input order; a device listed twice appears
 // once. InvalidArgument for an unsafe claim UID or device name, or no devices.
 absl::StatusOr<CdiSpec> BuildClaimCdiSpec(absl::string_view claim_uid,

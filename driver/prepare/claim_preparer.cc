@@ -182,8 +182,11 @@ absl::Status ClaimPreparer::UnprepareOne(const ClaimRef& ref, ClaimTelemetry& te
   common::KeyedMutex::Guard claim_lock(claim_locks_, {ref.uid});
   std::optional<CheckpointClaim> existing = deps_.ledger.Find(ref.uid);
   if (!existing.has_value()) {
+    // Never prepared here, already unprepared, or prepared before the checkpoint was lost: in
+    // that last case its CDI spec is still on disk, and goes now (a missing file costs nothing).
+    RETURN_IF_ERROR_CTX(WithReason(deps_.cdi.Remove(ref.uid), FailureReason::kCdiError), context);
     telemetry.AddEvent("not prepared here");
-    return absl::OkStatus();  // never prepared here, or already unprepared: nothing to do
+    return absl::OkStatus();
   }
   RETURN_IF_ERROR(UnprepareLocked(ref, *existing, telemetry));
   MaybeCrashForTest("unprepare-after-checkpoint");

@@ -1,10 +1,13 @@
 #include "src/app/node_driver.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "driver/prepare/cdi.h"
 #include "driver/prepare/temp_cleanup.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
@@ -113,6 +116,8 @@ absl::Status NodeDriver::StartAll() {
        {{"origin", driver::prepare::ToString(loaded.origin)},
         {"claims", loaded.checkpoint.claims.size()}});
 
+  RETURN_IF_ERROR(CheckNoClaimWasLost(loaded));
+
   if (options_.dynamic_mig) {
     // Instances no prepared claim owns were left by a crash or made by hand: the scheduler
     // believes those slices free, so they go before anything is published.
@@ -192,6 +197,39 @@ absl::Status NodeDriver::StartAll() {
       plugin_, driver::plugin::PluginServer::Start(
                    plugin_options, preparation_->preparer(),
                    driver::plugin::CallTelemetry{.metrics = *call_metrics_, .tracer = *tracer_}));
+  return absl::OkStatus();
+}
+
+absl::Status NodeDriver::CheckNoClaimWasLost(
+    const driver::prepare::LoadedCheckpoint& loaded) const {
+  using Origin = driver::prepare::LoadedCheckpoint::Origin;
+  if (loaded.origin != Origin::kRebuilt && loaded.origin != Origin::kFresh) {
+    return absl::OkStatus();  // loaded, or dropped after a reboot (which took the claims along)
+  }
+  const std::vector<std::string> uids = driver::prepare::ClaimUidsWithSpecs(options_.cdi_root);
+  if (uids.empty()) {
+    return absl::OkStatus();
+  }
+  const std::string lost = loaded.origin == Origin::kRebuilt
+                               ? absl::StrCat("the checkpoint was unreadable (", loaded.reason,
+                                              "; kept as ", loaded.quarantined_path, ")")
+                               : std::string("there is no checkpoint");
+  const std::vector<std::string> shown(uids.begin(),
+                                       uids.begin() + std::min<size_t>(5, uids.size()));
+  const std::string which = absl::StrCat(
+      uids.size(), " claims prepared on this node still have CDI specs under ", options_.cdi_root,
+      " (", absl::StrJoin(shown, ", "), uids.size() > shown.size() ? ", ..." : "", ")");
+  if (options_.dynamic_mig) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        lost, ", but ", which,
+        ": with --dynamic-mig their MIG instances cannot be told from orphans, and reclaiming "
+        "them would take GPUs from running pods. Restore the checkpoint, or delete those specs "
+        "once no pod on this node uses the claims (docs/node.md, \"Checkpoint lost\")"));
+  }
+  DLOG(kError, kComponent,
+       "claims prepared before the checkpoint was lost; the kubelet's unprepare removes their "
+       "specs",
+       {{"lost", lost}, {"claims", which}});
   return absl::OkStatus();
 }
 

@@ -121,6 +121,12 @@ class NodeDriver {
  private:
   NodeDriver(NodeDriverOptions options, k8s::KubeClient& client, common::Clock& clock);
   absl::Status StartAll();
+  // After a lost checkpoint (set aside as unreadable, or gone), claims prepared before may still
+  // run: their CDI specs say so. With dynamic MIG their instances cannot be told from orphans,
+  // and reclaiming them would take GPUs from running pods, so the node refuses to start
+  // (FailedPrecondition, with the remedy); without it, the node starts, logs them, and the
+  // kubelet's unprepare removes their specs.
+  absl::Status CheckNoClaimWasLost(const driver::prepare::LoadedCheckpoint& loaded) const;
 
   const NodeDriverOptions options_;
   k8s::KubeClient& client_;

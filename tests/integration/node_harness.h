@@ -103,20 +103,7 @@ class NodeHarness {
   void Start(const std::vector<std::string>& wrapper = {},
              const std::vector<std::string>& extra_flags = {},
              const std::map<std::string, std::string>& extra_env = {}) {
-    const char* binary = std::getenv("DRALENS_BINARY");
-    std::vector<std::string> argv = wrapper;
-    argv.push_back(binary != nullptr ? binary : DRALENS_BINARY);
-    argv.push_back("node");
-    argv.insert(argv.end(), source_flags_.begin(), source_flags_.end());
-    for (const std::string& flag :
-         {std::string("--metrics-address=127.0.0.1:0"), "--kubelet-registry-dir=" + RegistryDir(),
-          "--kubelet-plugins-dir=" + PluginsDir(), "--cdi-root=" + CdiRoot()}) {
-      argv.push_back(flag);
-    }
-    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-    std::map<std::string, std::string> env = {{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}};
-    env.insert(extra_env.begin(), extra_env.end());
-    node_ = std::make_unique<Subprocess>(argv, env);
+    Spawn(wrapper, extra_flags, extra_env);
     ASSERT_TRUE(node_->WaitForOutput("kubelet plugin serving", absl::Seconds(60)))
         << node_->Output();
     std::smatch m;
@@ -125,6 +112,17 @@ class NodeHarness {
         std::regex_search(out, m, std::regex(R"(serving metrics"? address=\S+ port=(\d+))")))
         << out;
     metrics_port_ = std::stoi(m[1]);
+  }
+
+  // Runs `dralens node ...` as Start() does, but for a node that must refuse to start: waits
+  // for it to exit and returns its exit status (-1 if it still ran after 60 s); its output in
+  // `output`.
+  int StartExpectingExit(std::string* output) {
+    Spawn({}, {}, {});
+    const int status = node_->Wait(absl::Seconds(60));
+    *output = node_->Output();
+    node_.reset();
+    return status;
   }
 
   // SIGTERM, and expects a clean exit.
@@ -308,6 +306,24 @@ class NodeHarness {
   }
 
  private:
+  void Spawn(const std::vector<std::string>& wrapper, const std::vector<std::string>& extra_flags,
+             const std::map<std::string, std::string>& extra_env) {
+    const char* binary = std::getenv("DRALENS_BINARY");
+    std::vector<std::string> argv = wrapper;
+    argv.push_back(binary != nullptr ? binary : DRALENS_BINARY);
+    argv.push_back("node");
+    argv.insert(argv.end(), source_flags_.begin(), source_flags_.end());
+    for (const std::string& flag :
+         {std::string("--metrics-address=127.0.0.1:0"), "--kubelet-registry-dir=" + RegistryDir(),
+          "--kubelet-plugins-dir=" + PluginsDir(), "--cdi-root=" + CdiRoot()}) {
+      argv.push_back(flag);
+    }
+    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+    std::map<std::string, std::string> env = {{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}};
+    env.insert(extra_env.begin(), extra_env.end());
+    node_ = std::make_unique<Subprocess>(argv, env);
+  }
+
   static k8s::ListOptions Mine() {
     k8s::ListOptions options;
     options.field_selector = std::string("spec.nodeName=") + kNode + ",spec.driver=" + kDriver;

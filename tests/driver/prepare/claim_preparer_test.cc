@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -196,6 +197,18 @@ TEST_F(ClaimPreparerTest, UnprepareOfUnknownClaimSucceeds) {
   ASSERT_THAT(out, SizeIs(1));
   EXPECT_EQ(out[ghost.uid], "");
   EXPECT_EQ(Gets(), 0);
+}
+
+// A claim prepared before the checkpoint was lost: the kubelet's unprepare finds no entry,
+// and the spec left on disk goes with it.
+TEST_F(ClaimPreparerTest, UnprepareOfUnknownClaimRemovesItsLeftoverSpec) {
+  ClaimRef lost{kNs, "6e0a3f2c-0000-4000-8000-0000000000aa", "lost"};
+  std::filesystem::create_directories(std::filesystem::path(SpecPath(lost.uid)).parent_path());
+  std::ofstream(SpecPath(lost.uid)) << "{}";
+  ASSERT_TRUE(std::filesystem::exists(SpecPath(lost.uid)));
+  auto out = h_.Unprepare({lost});
+  EXPECT_EQ(out[lost.uid], "");
+  EXPECT_FALSE(std::filesystem::exists(SpecPath(lost.uid)));
 }
 
 TEST_F(ClaimPreparerTest, ReplacedClaimIsRefused) {
