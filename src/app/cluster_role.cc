@@ -5,6 +5,7 @@
 #include "exporter/cluster/feed.h"
 #include "exporter/cluster/pricing.h"
 #include "src/common/status.h"
+#include "src/telemetry/catalog.h"
 
 namespace dralens::app {
 
@@ -35,6 +36,12 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
       std::make_unique<ClusterWatch>(client, kube_metrics, [self](const k8s::ResourceType& type) {
         return exporter::cluster::HandlersFor(type, *self->analyzer_);
       });
+  // Outside the leader gate: how current this replica's view is matters on a standby too.
+  prometheus::Family<prometheus::Gauge>& stale =
+      telemetry::BuildGauge(registry, "dralens_cluster_stale_seconds");
+  for (const auto& [resource, since] : role->watch_->StaleSince()) {
+    role->stale_.emplace_back(resource, &stale.Add({{"resource", resource}}));
+  }
   role->watch_->Start();
   const absl::Duration tick = options.tick;
   role->ticker_ = std::make_unique<std::thread>([self, tick] {
@@ -54,6 +61,7 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
       if (synced) {
         self->analyzer_->Tick();
       }
+      self->UpdateStaleness();
     } while (!self->stop_ticker_.WaitForNotificationWithTimeout(
         synced ? tick : std::min(tick, absl::Milliseconds(20))));
   });
@@ -71,6 +79,15 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
 }
 
 ClusterRole::~ClusterRole() { Stop(); }
+
+void ClusterRole::UpdateStaleness() {
+  const absl::Time now = absl::Now();
+  size_t i = 0;
+  for (const auto& [resource, since] : watch_->StaleSince()) {
+    // Same order as at Start(): one gauge per informer.
+    stale_[i++].second->Set(since.has_value() ? absl::ToDoubleSeconds(now - *since) : 0);
+  }
+}
 
 void ClusterRole::Stop() {
   if (stopped_) {

@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,6 +16,7 @@
 #include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
 #include "exporter/cluster/leader_gate.h"
+#include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "src/app/cluster_watch.h"
 #include "src/k8s/client.h"
@@ -57,12 +60,16 @@ class ClusterRole {
 
  private:
   ClusterRole() = default;
+  // Sets dralens_cluster_stale_seconds from the informers.
+  void UpdateStaleness();
 
   std::shared_ptr<prometheus::Registry> cluster_registry_;
   std::unique_ptr<exporter::cluster::Analyzer> analyzer_;
   std::unique_ptr<exporter::cluster::LeaderGate> gate_;
   std::unique_ptr<ClusterWatch> watch_;
   std::unique_ptr<k8s::LeaderElector> elector_;
+  // dralens_cluster_stale_seconds, per resource; set by the ticker.
+  std::vector<std::pair<std::string, prometheus::Gauge*>> stale_;
   absl::Notification stop_ticker_;
   std::unique_ptr<std::thread> ticker_;
   bool stopped_ = false;

@@ -57,6 +57,14 @@ bool ClusterWatch::Synced(const std::string& plural) const {
   return false;
 }
 
+std::vector<std::pair<std::string, std::optional<absl::Time>>> ClusterWatch::StaleSince() const {
+  std::vector<std::pair<std::string, std::optional<absl::Time>>> out;
+  for (size_t i = 0; i < informers_.size(); ++i) {
+    out.emplace_back(names_[i], informers_[i]->StaleSince());
+  }
+  return out;
+}
+
 std::string ClusterWatch::Summary() const {
   std::vector<std::string> parts;
   for (size_t i = 0; i < informers_.size(); ++i) {

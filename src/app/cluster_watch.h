@@ -5,7 +5,9 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +33,8 @@ class ClusterWatch {
   std::string Summary() const;
   // Whether the informer of `plural` (e.g. "nodes") has synced.
   bool Synced(const std::string& plural) const;
+  // Per resource (plural): since when its cache may lag the API server (Informer::StaleSince).
+  std::vector<std::pair<std::string, std::optional<absl::Time>>> StaleSince() const;
 
  private:
   std::vector<std::unique_ptr<k8s::Informer>> informers_;

@@ -71,6 +71,8 @@ struct WatchOptions {
   int timeout_seconds = 0;  // server-side timeout; 0: server default
   // Client-side read timeout on the stream; zero derives one from timeout_seconds.
   absl::Duration read_timeout = absl::ZeroDuration();
+  // Called once the server accepted the watch (HTTP 200), before any event; may be empty.
+  std::function<void()> on_established;
 };
 
 enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark };

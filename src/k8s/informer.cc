@@ -156,6 +156,23 @@ void Informer::ApplyHashed(const WatchEvent& event, const std::string& key, cons
   }
 }
 
+std::optional<absl::Time> Informer::StaleSince() const {
+  absl::MutexLock lock(&mu_);
+  return stale_since_;
+}
+
+void Informer::MarkStale() {
+  absl::MutexLock lock(&mu_);
+  if (!stale_since_.has_value()) {
+    stale_since_ = clock_.Now();
+  }
+}
+
+void Informer::MarkInStep() {
+  absl::MutexLock lock(&mu_);
+  stale_since_.reset();
+}
+
 void Informer::CountRestart(WatchRestartReason reason) {
   if (options_.metrics != nullptr) {
     options_.metrics->RecordWatchRestart(type_.plural, reason);
@@ -190,6 +207,7 @@ void Informer::Run() {
         if (stopping()) {
           break;
         }
+        MarkStale();
         ++failures_;
         absl::Duration delay = RetryAfter(listed).value_or(Backoff());
         DLOG(kWarn, kComponent, "list failed; backing off",
@@ -199,6 +217,7 @@ void Informer::Run() {
         SleepUnlessStopped(delay);
         continue;
       }
+      MarkInStep();
       failures_ = 0;
       need_list = false;
     }
@@ -366,6 +385,7 @@ Informer::Next Informer::WatchOnce(absl::Duration* delay) {
   watch_options.field_selector = options_.field_selector;
   watch_options.resource_version = LastResourceVersion();
   watch_options.allow_bookmarks = true;
+  watch_options.on_established = [this] { MarkInStep(); };
   if (options_.watch_timeout_seconds > 0) {
     absl::BitGen gen;
     watch_options.timeout_seconds =
@@ -438,11 +458,13 @@ Informer::Next Informer::WatchOnce(absl::Duration* delay) {
   const std::vector<common::LogField> fields = {
       {"resource", type_.plural}, {"error", status.message()}, {"events", events}};
   if (went_backwards) {
+    MarkStale();
     CountRestart(WatchRestartReason::kError);
     DLOG(kWarn, kComponent, "resourceVersion went backwards; relisting", fields);
     return Next::kRelist;
   }
   if (malformed) {
+    MarkStale();
     CountRestart(WatchRestartReason::kError);
     ++failures_;
     *delay = Backoff();
@@ -467,6 +489,8 @@ Informer::Next Informer::WatchOnce(absl::Duration* delay) {
     }
     return Next::kResume;
   }
+  // Anything below is a failed watch: the cache lags until a list or an accepted watch.
+  MarkStale();
   if (IsGone(status)) {
     CountRestart(WatchRestartReason::kGone);
     DLOG(kInfo, kComponent, "watch expired (410 Gone); relisting", fields);

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +100,10 @@ class Informer {
   // A snapshot of every cached object (unordered; empty without keep_objects).
   std::vector<ObjectPtr> List() const;
   size_t Size() const;
+  // Since when the cache may lag the server: set by the first failed list or watch (an error
+  // answer, a transport failure, 410 Gone, a malformed stream), cleared by a list that succeeds
+  // or a watch the server accepts. nullopt while in step (and before the first failure).
+  std::optional<absl::Time> StaleSince() const;
   // The resourceVersion the next watch resumes from.
   std::string LastResourceVersion() const;
   // How many times the informer listed (1 after the initial list).
@@ -119,6 +124,8 @@ class Informer {
   void SleepUnlessStopped(absl::Duration d);
   bool stopping() const { return stopping_.load(); }
   void CountRestart(WatchRestartReason reason);
+  void MarkStale();
+  void MarkInStep();
 
   KubeClient& client_;
   const ResourceType type_;
@@ -131,6 +138,7 @@ class Informer {
   // Without keep_objects: key -> hash of the object's content.
   absl::flat_hash_map<std::string, uint64_t> hashes_ ABSL_GUARDED_BY(mu_);
   std::string resource_version_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> stale_since_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 
   std::atomic<bool> synced_{false};

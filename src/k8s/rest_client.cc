@@ -628,6 +628,9 @@ absl::Status RestClient::Watch(const ResourceType& type, absl::string_view ns,
   req.response_handler = [&](const httplib::Response& response) {
     http_status = response.status;
     retry_after = response.get_header_value("Retry-After");
+    if (http_status == 200 && options.on_established) {
+      options.on_established();
+    }
     return cancel == nullptr || !cancel->cancelled();
   };
   req.content_receiver = [&](const char* data, size_t size, uint64_t /*offset*/,

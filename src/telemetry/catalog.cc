@@ -405,6 +405,13 @@ std::vector<MetricSpec> BuildCatalog() {
        {},
        "cluster",
        "1 while this replica holds the leader lease and exports cluster series, else 0."},
+      {"dralens_cluster_stale_seconds",
+       K::kGauge,
+       {"resource"},
+       "cluster",
+       "How long this replica's view of a resource may have lagged the API server: seconds since "
+       "its first failed list or watch, 0 once a list succeeds or a watch is accepted again. The "
+       "cluster series keep their last values meanwhile."},
   };
 }
 

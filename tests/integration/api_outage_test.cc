@@ -8,8 +8,11 @@
 #include <httplib.h>
 
 #include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/node_harness.h"
@@ -20,6 +23,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::NodeHarness;
+using testing::Subprocess;
 
 int MetricsPort(const std::string& log) {
   std::smatch m;
@@ -80,6 +84,82 @@ TEST(ApiOutageTest, KnownClaimsKeepWorkingNewOnesFailPerClaimAndRecoverAfter) {
   EXPECT_EQ(devices, 8);  // dgx-h100: eight full GPUs
   EXPECT_EQ(node.Unprepare(known), "");
   EXPECT_EQ(node.Unprepare(fresh), "");
+}
+
+// The sum of the samples of `family` on the metrics endpoint at `port` whose label text contains
+// every one of `labels`; -1 when there is none (or no answer).
+double Sample(int port, const std::string& family, const std::vector<std::string>& labels = {}) {
+  httplib::Client c("127.0.0.1", port);
+  auto res = c.Get("/metrics");
+  if (!res || res->status != 200) {
+    return -1;
+  }
+  double sum = -1;
+  std::istringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(family + "{", 0) != 0 && line.rfind(family + " ", 0) != 0) {
+      continue;
+    }
+    bool match = true;
+    for (const std::string& l : labels) {
+      match = match && line.find(l) != std::string::npos;
+    }
+    if (match) {
+      sum = (sum < 0 ? 0 : sum) + std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return sum;
+}
+
+// The cluster role through the same outage: it keeps serving what it knew (the series stay),
+// says for how long its view may have lagged (dralens_cluster_stale_seconds grows), stays up,
+// and once the server answers again it is in step (staleness back to 0) and sees what changed.
+TEST(ApiOutageTest, ClusterRoleKeepsItsLastStateMarksItStaleAndCatchesUp) {
+  NodeHarness node;
+  node.Start();
+  node.Register();
+  Subprocess cluster({DRALENS_BINARY, "cluster", "--metrics-address=127.0.0.1:0"},
+                     {{"KUBECONFIG", node.Kubeconfig()}});
+  ASSERT_TRUE(cluster.WaitForOutput("serving metrics", absl::Seconds(60))) << cluster.Output();
+  const int port = MetricsPort(cluster.Output());
+  ASSERT_NE(port, 0) << cluster.Output();
+  const std::string gpus = "dralens_cluster_gpus";
+  ASSERT_TRUE(testing::Eventually([&] { return Sample(port, gpus) == 8; }))
+      << Sample(port, gpus);  // dgx-h100: eight GPUs
+  EXPECT_EQ(Sample(port, "dralens_cluster_stale_seconds"), 0);
+
+  node.api().InjectFault({.kind = sim::FaultRule::Kind::kStatus,
+                          .verb = "",
+                          .resource = "",
+                          .times = -1,
+                          .code = 503});
+  node.api().DropWatches();
+  for (const char* resource :
+       {"resourceclaims", "resourceslices", "deviceclasses", "pods", "nodes"}) {
+    const std::string label = absl::StrCat("resource=\"", resource, "\"");
+    EXPECT_TRUE(testing::Eventually([&] {
+      return Sample(port, "dralens_cluster_stale_seconds", {label}) > 0;
+    })) << resource;
+  }
+  const double first = Sample(port, "dralens_cluster_stale_seconds", {"resource=\"nodes\""});
+  EXPECT_TRUE(testing::Eventually([&] {
+    return Sample(port, "dralens_cluster_stale_seconds", {"resource=\"nodes\""}) > first;
+  }));
+  // What it knew stays exported, and the process serves on.
+  EXPECT_EQ(Sample(port, gpus), 8);
+  EXPECT_EQ(Sample(port, gpus, {"state=\"free\""}), 8);
+  EXPECT_EQ(cluster.Wait(absl::ZeroDuration()), -1) << "the cluster role exited during the outage";
+
+  node.api().ClearFaults();
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return Sample(port, "dralens_cluster_stale_seconds") == 0; }, absl::Seconds(60)))
+      << Sample(port, "dralens_cluster_stale_seconds");
+  // In step again: a claim allocated after the outage shows up.
+  node.AllocatedClaim("after", "gpu-3");
+  EXPECT_TRUE(testing::Eventually([&] { return Sample(port, gpus, {"state=\"allocated\""}) == 1; },
+                                  absl::Seconds(60)))
+      << Sample(port, gpus, {"state=\"allocated\""});
+  EXPECT_EQ(cluster.Stop(SIGTERM, absl::Seconds(15)), 0) << cluster.Output();
 }
 
 }  // namespace

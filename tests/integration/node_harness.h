@@ -84,6 +84,8 @@ class NodeHarness {
   std::string PluginsDir() const { return (root_ / "plugins").string(); }
   std::string PluginDir() const { return PluginsDir() + "/" + kDriver; }
   std::string CdiRoot() const { return (root_ / "cdi").string(); }
+  // A kubeconfig for the harness's API server (what the node gets as $KUBECONFIG).
+  std::string Kubeconfig() const { return kubeconfig_; }
   std::string RegSock() const { return RegistryDir() + "/" + kDriver + "-reg.sock"; }
   std::string DraSock() const { return seen_from_ + PluginDir() + "/dra.sock"; }
   // Where this process finds the node's files: "" or, for a node in its own mount namespace,

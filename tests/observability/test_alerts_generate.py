@@ -84,6 +84,7 @@ class RenderTest(unittest.TestCase):
     def test_disabled_alerts_leave_the_rules_but_not_the_chart_copy(self):
         config = copy.deepcopy(base_config())
         first_alert(config, "DralensOtlpExportFailing")["enabled"] = False
+        first_alert(config, "DralensClusterViewStale")["enabled"] = False
         names = [r.get("alert") for g in generate.rules(config)["groups"] for r in g["rules"]]
         self.assertNotIn("DralensOtlpExportFailing", names)
         self.assertNotIn("dralens.self", [g["name"] for g in generate.rules(config)["groups"]],

@@ -458,6 +458,39 @@ TEST_F(InformerTest, StopIsPromptAndFinal) {
   EXPECT_EQ(informer_->Size(), size);
 }
 
+TEST_F(InformerTest, StaleFromTheFirstFailureUntilTheServerAnswersAgain) {
+  Churn("a-");
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  EXPECT_FALSE(informer_->StaleSince().has_value());
+  const absl::Time before = absl::Now();
+  Inject(FaultRule::Kind::kStatus, "watch", -1);
+  Inject(FaultRule::Kind::kStatus, "list", -1);
+  server_->DropWatches();
+  absl::Time deadline = absl::Now() + kDeadline;
+  while (!informer_->StaleSince().has_value() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(informer_->StaleSince().has_value());
+  const absl::Time since = *informer_->StaleSince();
+  EXPECT_GE(since, before);
+  // Retries that fail again keep the first failure's time: staleness grows.
+  while (Restarts("error") < 3 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_GE(Restarts("error"), 3);
+  EXPECT_EQ(informer_->StaleSince(), since);
+
+  server_->ClearFaults();
+  deadline = absl::Now() + kDeadline;
+  while (informer_->StaleSince().has_value() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_FALSE(informer_->StaleSince().has_value());
+  Churn("b-");
+  ExpectConverged();
+}
+
 TEST_F(InformerTest, HashesOnlyKeepsNoObjectsAndReportsOnlyChanges) {
   keep_objects_ = false;
   for (int i = 0; i < 7; ++i) {
