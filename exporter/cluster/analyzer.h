@@ -52,6 +52,7 @@
 #include "src/common/clock.h"
 #include "src/model/core.h"
 #include "src/model/resource.h"
+#include "src/telemetry/text_family.h"
 #include "src/telemetry/tracing/tracer.h"
 
 namespace dralens::exporter::cluster {
@@ -105,9 +106,10 @@ class Analyzer {
 
   // The per-object series that live outside the registry given to the constructor
   // (dralens_cluster_pending_claim_age_seconds); the metrics server collects them beside it.
-  std::shared_ptr<const prometheus::Collectable> ObjectSeriesCollectable() const {
-    return pending_ages_;
-  }
+  std::shared_ptr<const ObjectSeries> ObjectSeriesCollectable() const { return pending_ages_; }
+  // The per-node families (dralens_cluster_gpus, _stranded_*, _pool_devices, _mig_placeable),
+  // rendered as text beside the registry; also a Collectable for code that reads families.
+  std::shared_ptr<const telemetry::TextFamilies> TextSeries() const { return text_series_; }
 
  private:
   struct Device;
@@ -195,12 +197,14 @@ class Analyzer {
   const std::shared_ptr<ObjectSeries> pending_ages_;  // one series per pending claim
   prometheus::Family<prometheus::Histogram>& allocation_latency_;
   prometheus::Family<prometheus::Counter>& transitions_;
-  prometheus::Family<prometheus::Gauge>& pool_devices_;
-  prometheus::Family<prometheus::Gauge>& gpus_;
-  prometheus::Family<prometheus::Gauge>& stranded_gpus_;
-  prometheus::Family<prometheus::Counter>& stranded_seconds_;
-  prometheus::Family<prometheus::Counter>& stranded_cost_;
-  prometheus::Family<prometheus::Gauge>& mig_placeable_;
+  // The per-node families, a series per node and label set: kept as text (TextFamily).
+  const std::shared_ptr<telemetry::TextFamilies> text_series_;
+  telemetry::TextFamily<prometheus::Gauge>& pool_devices_;
+  telemetry::TextFamily<prometheus::Gauge>& gpus_;
+  telemetry::TextFamily<prometheus::Gauge>& stranded_gpus_;
+  telemetry::TextFamily<prometheus::Counter>& stranded_seconds_;
+  telemetry::TextFamily<prometheus::Counter>& stranded_cost_;
+  telemetry::TextFamily<prometheus::Gauge>& mig_placeable_;
   telemetry::Tracer& tracer_;
   const PriceTable prices_;
   common::Clock& clock_;

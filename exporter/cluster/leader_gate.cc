@@ -21,6 +21,19 @@ void LeaderGate::AddCollectable(std::shared_ptr<const prometheus::Collectable> c
   extra_.push_back(std::move(collectable));
 }
 
+void LeaderGate::AddTextSource(std::shared_ptr<const telemetry::TextSource> source) {
+  text_.push_back(std::move(source));
+}
+
+void LeaderGate::AppendText(std::string* out, telemetry::ExpositionFormat format) const {
+  if (!leader_.load()) {
+    return;
+  }
+  for (const auto& source : text_) {
+    source->AppendText(out, format);
+  }
+}
+
 std::vector<prometheus::MetricFamily> LeaderGate::Collect() const {
   if (!leader_.load()) {
     return {};

@@ -8,15 +8,17 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "prometheus/collectable.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
+#include "src/telemetry/exposition.h"
 
 namespace dralens::exporter::cluster {
 
-class LeaderGate : public prometheus::Collectable {
+class LeaderGate : public prometheus::Collectable, public telemetry::TextSource {
  public:
   // `cluster` holds the dralens_cluster_* series; dralens_cluster_leader is added to
   // `process`. Both must outlive the gate. Starts as not leading.
@@ -26,14 +28,19 @@ class LeaderGate : public prometheus::Collectable {
   // Also exports `collectable` (per-object series kept outside the cluster registry) while
   // leading. Call before the gate is collected.
   void AddCollectable(std::shared_ptr<const prometheus::Collectable> collectable);
+  // The same for families that render their own text.
+  void AddTextSource(std::shared_ptr<const telemetry::TextSource> source);
   bool leader() const { return leader_.load(); }
 
   // prometheus::Collectable
   std::vector<prometheus::MetricFamily> Collect() const override;
+  // telemetry::TextSource: the text sources, while leading.
+  void AppendText(std::string* out, telemetry::ExpositionFormat format) const override;
 
  private:
   std::shared_ptr<prometheus::Registry> cluster_;
   std::vector<std::shared_ptr<const prometheus::Collectable>> extra_;
+  std::vector<std::shared_ptr<const telemetry::TextSource>> text_;
   prometheus::Gauge& leader_gauge_;
   std::atomic<bool> leader_{false};
 };

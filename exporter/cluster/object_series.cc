@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "src/telemetry/catalog.h"
 
 namespace dralens::exporter::cluster {
@@ -11,17 +12,18 @@ ObjectSeries::ObjectSeries(const std::string& name)
 
 void ObjectSeries::Set(const std::string& key, std::vector<prometheus::ClientMetric::Label> labels,
                        double value) {
-  prometheus::ClientMetric metric;
-  metric.label = std::move(labels);
-  metric.gauge.value = value;
+  Series series;
+  series.text = telemetry::LabelText(labels);
+  series.metric.label = std::move(labels);
+  series.metric.gauge.value = value;
   absl::MutexLock lock(&mu_);
-  series_[key] = std::move(metric);
+  series_[key] = std::move(series);
 }
 
 void ObjectSeries::SetValue(const std::string& key, double value) {
   absl::MutexLock lock(&mu_);
   if (auto it = series_.find(key); it != series_.end()) {
-    it->second.gauge.value = value;
+    it->second.metric.gauge.value = value;
   }
 }
 
@@ -46,11 +48,23 @@ std::vector<prometheus::MetricFamily> ObjectSeries::Collect() const {
       return {};
     }
     family.metric.reserve(series_.size());
-    for (const auto& [key, metric] : series_) {
-      family.metric.push_back(metric);
+    for (const auto& [key, series] : series_) {
+      family.metric.push_back(series.metric);
     }
   }
   return {std::move(family)};
+}
+
+void ObjectSeries::AppendText(std::string* out, telemetry::ExpositionFormat format) const {
+  absl::MutexLock lock(&mu_);
+  if (series_.empty()) {
+    return;
+  }
+  telemetry::AppendHeader(out, name_, help_, prometheus::MetricType::Gauge, format);
+  for (const auto& [key, series] : series_) {
+    absl::StrAppend(out, name_, series.text, " ", telemetry::FormatValue(series.metric.gauge.value),
+                    "\n");
+  }
 }
 
 }  // namespace dralens::exporter::cluster

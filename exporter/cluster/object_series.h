@@ -3,7 +3,8 @@
 //
 // prometheus-cpp 1.0.1's Family::Remove scans the whole family, so a family with a series per
 // pending claim made every allocation cost O(pending claims). This store is collected next to
-// the cluster registry (LeaderGate) and renders like any other gauge family.
+// the cluster registry (LeaderGate); each series' label text is rendered once, when it is set,
+// and a scrape writes that text and the value (as telemetry::TextFamily does).
 #pragma once
 
 #include <map>
@@ -14,10 +15,11 @@
 #include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
+#include "src/telemetry/exposition.h"
 
 namespace dralens::exporter::cluster {
 
-class ObjectSeries : public prometheus::Collectable {
+class ObjectSeries : public prometheus::Collectable, public telemetry::TextSource {
  public:
   // `name` must be a gauge of the catalogue (src/telemetry/catalog.cc); its help comes from
   // there.
@@ -33,12 +35,19 @@ class ObjectSeries : public prometheus::Collectable {
 
   // prometheus::Collectable: one family, series in key order (none: no family).
   std::vector<prometheus::MetricFamily> Collect() const override ABSL_LOCKS_EXCLUDED(mu_);
+  // telemetry::TextSource: the same family, series in key order (none: nothing).
+  void AppendText(std::string* out, telemetry::ExpositionFormat format) const override
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string name_;
   const std::string help_;
   mutable absl::Mutex mu_;
-  std::map<std::string, prometheus::ClientMetric> series_ ABSL_GUARDED_BY(mu_);
+  struct Series {
+    prometheus::ClientMetric metric;
+    std::string text;  // the rendered labels
+  };
+  std::map<std::string, Series> series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dralens::exporter::cluster

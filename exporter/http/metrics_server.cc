@@ -62,6 +62,10 @@ MetricsServer::MetricsServer(std::shared_ptr<prometheus::Registry> registry, Rea
 
 MetricsServer::~MetricsServer() { Stop(); }
 
+void MetricsServer::AddTextSource(const telemetry::TextSource* source) {
+  text_sources_.push_back(source);
+}
+
 void MetricsServer::AddCollectable(const prometheus::Collectable* collectable) {
   collectables_.push_back(collectable);
 }
@@ -175,7 +179,7 @@ absl::Status MetricsServer::Start(const std::string& address,
       families.insert(families.end(), std::make_move_iterator(more.begin()),
                       std::make_move_iterator(more.end()));
     }
-    std::string body = telemetry::Render(families, exemplars_, format);
+    std::string body = telemetry::Render(families, exemplars_, format, text_sources_);
     // Observed after rendering, so a scrape reports the one before it: that is what a
     // collector can do without rendering twice.
     (format == telemetry::ExpositionFormat::kOpenMetrics ? scrape_openmetrics_ : scrape_text_)

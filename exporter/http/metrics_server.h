@@ -27,6 +27,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "src/telemetry/exemplar.h"
+#include "src/telemetry/exposition.h"
 
 namespace httplib {
 class Server;
@@ -63,6 +64,9 @@ class MetricsServer {
   // Adds families collected at scrape time next to the registry's (e.g. counters kept as
   // atomics elsewhere). Call before Start(); `collectable` must outlive the server.
   void AddCollectable(const prometheus::Collectable* collectable);
+  // Also renders `source` (families that keep their own text, src/telemetry/text_family.h).
+  // Same rules as AddCollectable.
+  void AddTextSource(const telemetry::TextSource* source);
   // Serves GET `path` (e.g. "/debug/claims") as pretty-printed JSON from `render`, called per
   // request on a server thread. Call before Start().
   void AddJsonEndpoint(const std::string& path, std::function<nlohmann::json()> render);
@@ -77,6 +81,7 @@ class MetricsServer {
   prometheus::Histogram* scrape_text_;
   prometheus::Histogram* scrape_openmetrics_;
   std::vector<const prometheus::Collectable*> collectables_;
+  std::vector<const telemetry::TextSource*> text_sources_;
   std::vector<std::pair<std::string, std::function<nlohmann::json()>>> json_endpoints_;
   // Whether `authorization` carries the expected bearer token (constant-time compare).
   bool Authorized(const std::string& authorization);

@@ -70,6 +70,7 @@ int RunCluster(const FlagValues& flags) {
              registry, [&] { return role->Ready(); }, telemetry.exemplars.get());
          metrics_server->AddCollectable(telemetry.tracing_metrics.get());
          metrics_server->AddCollectable(role->collectable());
+         metrics_server->AddTextSource(role->text_source());
          return metrics_server->Start(flags.Get("metrics-address"), MetricsSecurity(flags));
        }},
       {"wait for shutdown",

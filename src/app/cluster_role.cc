@@ -29,7 +29,8 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   role->analyzer_ = std::make_unique<exporter::cluster::Analyzer>(*role->cluster_registry_, tracer,
                                                                   std::move(analyzer_options));
   role->gate_ = std::make_unique<exporter::cluster::LeaderGate>(role->cluster_registry_, registry);
-  role->gate_->AddCollectable(role->analyzer_->ObjectSeriesCollectable());
+  role->gate_->AddTextSource(role->analyzer_->ObjectSeriesCollectable());
+  role->gate_->AddTextSource(role->analyzer_->TextSeries());
 
   ClusterRole* self = role.get();
   role->watch_ =

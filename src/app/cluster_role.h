@@ -57,6 +57,8 @@ class ClusterRole {
   std::string Summary() const { return watch_->Summary(); }
   // The cluster series, present only while this replica leads: add it to the metrics server.
   prometheus::Collectable* collectable() { return gate_.get(); }
+  // The cluster families kept as text, behind the same gate.
+  const telemetry::TextSource* text_source() { return gate_.get(); }
 
  private:
   ClusterRole() = default;

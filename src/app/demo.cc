@@ -307,6 +307,7 @@ int RunDemo(const FlagValues& flags) {
              telemetry.exemplars.get());
          metrics_server->AddCollectable(telemetry.tracing_metrics.get());
          metrics_server->AddCollectable(cluster->collectable());
+         metrics_server->AddTextSource(cluster->text_source());
          return metrics_server->Start(flags.Get("metrics-address"), MetricsSecurity(flags));
        }},
       {"start the workload",

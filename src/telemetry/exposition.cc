@@ -133,6 +133,16 @@ absl::string_view TypeName(MetricType type, bool openmetrics) {
   return "untyped";
 }
 
+void AppendHeaderLines(std::string* out, absl::string_view name, absl::string_view type,
+                       const std::string& help, bool om) {
+  if (!help.empty()) {
+    absl::StrAppend(out, "# HELP ", name, " ");
+    AppendEscaped(out, help, /*escape_quotes=*/om);
+    out->push_back('\n');
+  }
+  absl::StrAppend(out, "# TYPE ", name, " ", type, "\n");
+}
+
 void RenderFamily(std::string* out, const MetricFamily& family, const ExemplarStore* exemplars,
                   bool om) {
   // OpenMetrics names counter and info families without their sample suffix.
@@ -151,12 +161,7 @@ void RenderFamily(std::string* out, const MetricFamily& family, const ExemplarSt
     name.resize(name.size() - 5);
     type = "info";
   }
-  if (!family.help.empty()) {
-    absl::StrAppend(out, "# HELP ", name, " ");
-    AppendEscaped(out, family.help, /*escape_quotes=*/om);
-    out->push_back('\n');
-  }
-  absl::StrAppend(out, "# TYPE ", name, " ", type, "\n");
+  AppendHeaderLines(out, name, type, family.help, om);
 
   // prometheus-cpp hands series out in hash order; sorting them by labels makes every scrape
   // list them the same way.
@@ -309,8 +314,24 @@ std::string FormatValue(double value) {
   return std::string(buf, ec == std::errc() ? end : buf);
 }
 
+void AppendHeader(std::string* out, const std::string& name, const std::string& help,
+                  MetricType type, ExpositionFormat format) {
+  const bool om = format == ExpositionFormat::kOpenMetrics;
+  absl::string_view shown = name;
+  if (om && type == MetricType::Counter) {
+    absl::ConsumeSuffix(&shown, "_total");
+  }
+  AppendHeaderLines(out, shown, TypeName(type, om), help, om);
+}
+
+std::string LabelText(const std::vector<ClientMetric::Label>& labels) {
+  std::string out;
+  AppendLabels(&out, labels);
+  return out;
+}
+
 std::string Render(const std::vector<MetricFamily>& families, const ExemplarStore* exemplars,
-                   ExpositionFormat format) {
+                   ExpositionFormat format, const std::vector<const TextSource*>& sources) {
   const bool om = format == ExpositionFormat::kOpenMetrics;
   std::string out;
   for (const MetricFamily& family : families) {
@@ -318,6 +339,9 @@ std::string Render(const std::vector<MetricFamily>& families, const ExemplarStor
       continue;
     }
     RenderFamily(&out, family, exemplars, om);
+  }
+  for (const TextSource* source : sources) {
+    source->AppendText(&out, format);
   }
   if (om) {
     out.append("# EOF\n");

@@ -40,10 +40,26 @@ ExpositionFormat NegotiateFormat(absl::string_view accept);
 // Whether an Accept-Encoding header accepts gzip with a q-value above 0.
 bool AcceptsGzip(absl::string_view accept_encoding);
 
-// Renders `families` (as prometheus::Registry::Collect() returns them). `exemplars` may be
-// null; it is consulted only for OpenMetrics.
+// Families that write their own exposition text (src/telemetry/text_family.h): HELP, TYPE and
+// samples, complete, in the format asked; nothing for a family without series.
+class TextSource {
+ public:
+  virtual ~TextSource() = default;
+  virtual void AppendText(std::string* out, ExpositionFormat format) const = 0;
+};
+
+// Renders `families` (as prometheus::Registry::Collect() returns them), then `sources`.
+// `exemplars` may be null; it is consulted only for OpenMetrics.
 std::string Render(const std::vector<prometheus::MetricFamily>& families,
-                   const ExemplarStore* exemplars, ExpositionFormat format);
+                   const ExemplarStore* exemplars, ExpositionFormat format,
+                   const std::vector<const TextSource*>& sources = {});
+
+// The HELP and TYPE lines Render writes for a gauge or counter family named `name` (a counter's
+// name ends in _total).
+void AppendHeader(std::string* out, const std::string& name, const std::string& help,
+                  prometheus::MetricType type, ExpositionFormat format);
+// `{a="x",b="y"}` as Render writes a series' labels (values escaped); "" for none.
+std::string LabelText(const std::vector<prometheus::ClientMetric::Label>& labels);
 
 // A sample value as both formats write it: integers without a fraction, `+Inf`, `-Inf`, `NaN`,
 // otherwise the shortest text that reads back as the same double.

@@ -134,7 +134,8 @@ void BM_Scrape(benchmark::State& state) {
   size_t bytes = 0;
   for (auto _ : state) {
     std::string body = telemetry::Render(w.registry.Collect(), nullptr,
-                                         telemetry::ExpositionFormat::kPrometheusText);
+                                         telemetry::ExpositionFormat::kPrometheusText,
+                                         {w.analyzer->TextSeries().get()});
     bytes = body.size();
     benchmark::DoNotOptimize(body);
   }

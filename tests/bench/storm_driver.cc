@@ -226,7 +226,8 @@ int main(int argc, char** argv) {
 
   const auto render_start = std::chrono::steady_clock::now();
   const std::string body = dralens::telemetry::Render(
-      registry.Collect(), nullptr, dralens::telemetry::ExpositionFormat::kPrometheusText);
+      registry.Collect(), nullptr, dralens::telemetry::ExpositionFormat::kPrometheusText,
+      {analyzer.TextSeries().get()});
   const double render_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - render_start)
           .count();

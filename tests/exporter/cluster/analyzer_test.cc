@@ -128,7 +128,7 @@ class ScenarioTest : public ::testing::Test {
     if (family == "dralens_cluster_pending_claim_age_seconds") {
       return Value(*analyzer_->ObjectSeriesCollectable(), family, labels);
     }
-    return Value(registry_, family, labels);
+    return Value(testing::Exported(registry_, *analyzer_), family, labels);
   }
 
   common::FakeClock clock_;
@@ -293,7 +293,7 @@ TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
   EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-a", "H100", ""), 1);
   EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-c", "A100", ""), 1);
   double all = 0;
-  for (const prometheus::MetricFamily& f : registry_.Collect()) {
+  for (const prometheus::MetricFamily& f : testing::Exported(registry_, *analyzer_).Collect()) {
     if (f.name == gauge) {
       for (const prometheus::ClientMetric& m : f.metric) {
         all += m.gauge.value;

@@ -27,6 +27,7 @@
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
 #include "src/telemetry/tracing/tracer_impl.h"
+#include "tests/exporter/cluster/scenario_util.h"
 
 namespace dralens::exporter::cluster {
 namespace {
@@ -47,7 +48,7 @@ struct Sample {
   double value = 0;
 };
 
-std::vector<Sample> Collect(prometheus::Registry& registry, const std::string& family) {
+std::vector<Sample> Collect(const prometheus::Collectable& registry, const std::string& family) {
   std::vector<Sample> out;
   for (const prometheus::MetricFamily& f : registry.Collect()) {
     if (f.name != family) {
@@ -401,7 +402,7 @@ TEST_P(GpuTruthTest, PhysicalCountsStrandedBoundsAndCost) {
   std::map<std::string, std::map<std::string, double>> by_product_state;  // node|product -> state
   double total = 0;
   int physical = 0;
-  for (const Sample& s : Collect(registry, "dralens_cluster_gpus")) {
+  for (const Sample& s : Collect(testing::Exported(registry, analyzer), "dralens_cluster_gpus")) {
     got[s.labels.at("node")][s.labels.at("state")] += s.value;
     by_product_state[s.labels.at("node") + "|" + s.labels.at("product")][s.labels.at("state")] +=
         s.value;
@@ -422,7 +423,8 @@ TEST_P(GpuTruthTest, PhysicalCountsStrandedBoundsAndCost) {
 
   // Stranded: each kind within the share of its state, per node and product.
   std::map<std::string, std::map<std::string, double>> stranded;  // node|product -> kind
-  for (const Sample& s : Collect(registry, "dralens_cluster_stranded_gpus")) {
+  for (const Sample& s :
+       Collect(testing::Exported(registry, analyzer), "dralens_cluster_stranded_gpus")) {
     EXPECT_GE(s.value, 0);
     stranded[s.labels.at("node") + "|" + s.labels.at("product")][s.labels.at("kind")] += s.value;
     if (s.labels.at("kind") == "unplaceable_fragment") {
@@ -448,15 +450,18 @@ TEST_P(GpuTruthTest, PhysicalCountsStrandedBoundsAndCost) {
   clock.Advance(absl::Minutes(10));
   analyzer.Tick();
   std::map<std::map<std::string, std::string>, double> gauges;
-  for (const Sample& s : Collect(registry, "dralens_cluster_stranded_gpus")) {
+  for (const Sample& s :
+       Collect(testing::Exported(registry, analyzer), "dralens_cluster_stranded_gpus")) {
     gauges[s.labels] = s.value;
   }
   std::map<std::map<std::string, std::string>, double> seconds;
-  for (const Sample& s : Collect(registry, "dralens_cluster_stranded_gpu_seconds_total")) {
+  for (const Sample& s : Collect(testing::Exported(registry, analyzer),
+                                 "dralens_cluster_stranded_gpu_seconds_total")) {
     seconds[s.labels] = s.value;
   }
   EXPECT_EQ(seconds.size(), gauges.size());
-  for (const Sample& s : Collect(registry, "dralens_cluster_stranded_cost_total")) {
+  for (const Sample& s :
+       Collect(testing::Exported(registry, analyzer), "dralens_cluster_stranded_cost_total")) {
     ASSERT_EQ(seconds.count(s.labels), 1u);
     const double gpu_seconds = seconds[s.labels];
     EXPECT_NEAR(gpu_seconds, gauges[s.labels] * 600, 1e-6);
@@ -466,7 +471,7 @@ TEST_P(GpuTruthTest, PhysicalCountsStrandedBoundsAndCost) {
 }
 
 // Series of the derived families that are not zero, for comparing two analyzers.
-std::map<std::string, double> NonZeroSeries(prometheus::Registry& registry) {
+std::map<std::string, double> NonZeroSeries(const prometheus::Collectable& registry) {
   std::map<std::string, double> out;
   for (const char* family :
        {"dralens_cluster_gpus", "dralens_cluster_stranded_gpus", "dralens_cluster_pending_claims",
@@ -585,8 +590,9 @@ TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
     EXPECT_EQ(live.PendingReasonOf(key), fresh.PendingReasonOf(key)) << key;
     EXPECT_EQ(live.StateOf(key), fresh.StateOf(key)) << key;
   }
-  const std::map<std::string, double> want = NonZeroSeries(fresh_registry);
-  const std::map<std::string, double> got = NonZeroSeries(registry);
+  const std::map<std::string, double> want =
+      NonZeroSeries(testing::Exported(fresh_registry, fresh));
+  const std::map<std::string, double> got = NonZeroSeries(testing::Exported(registry, live));
   for (const auto& [key, value] : want) {
     auto it = got.find(key);
     ASSERT_NE(it, got.end()) << "missing " << key;
@@ -672,7 +678,8 @@ TEST(GpuTruthFragmentTest, FreeMigCapacityNoPendingRequestFits) {
 
   auto stranded = [&](const std::string& kind, const std::string& cls) {
     double sum = -1;
-    for (const Sample& s : Collect(registry, "dralens_cluster_stranded_gpus")) {
+    for (const Sample& s :
+         Collect(testing::Exported(registry, analyzer), "dralens_cluster_stranded_gpus")) {
       if (s.labels.at("kind") == kind && s.labels.at("device_class") == cls) {
         sum = std::max(sum, 0.0) + s.value;
       }

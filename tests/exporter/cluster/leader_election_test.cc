@@ -31,6 +31,7 @@ struct Replica {
           telemetry::Tracer& tracer, bool start) {
     analyzer = std::make_unique<Analyzer>(*cluster, tracer, AnalyzerOptions{{}, &clock});
     gate = std::make_unique<LeaderGate>(cluster, process);
+    gate->AddTextSource(analyzer->TextSeries());
     k8s::LeaderElectionOptions options;
     options.identity = identity;
     options.lease_namespace = "dralens";

@@ -7,6 +7,7 @@
 #include "exporter/cluster/leader_gate.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "src/telemetry/text_family.h"
 
 namespace dralens::exporter::cluster {
 namespace {
@@ -38,6 +39,17 @@ TEST(ObjectSeriesTest, SetReplaceUpdateErase) {
   EXPECT_TRUE(series.Collect().empty());
 }
 
+TEST(ObjectSeriesTest, RendersAsTextWhatItCollects) {
+  ObjectSeries series(kFamily);
+  series.Set("team/b", {{"namespace", "team"}, {"claim", "b\"x"}}, 2.5);
+  series.Set("team/a", {{"namespace", "team"}, {"claim", "a"}}, 7);
+  for (auto format :
+       {telemetry::ExpositionFormat::kPrometheusText, telemetry::ExpositionFormat::kOpenMetrics}) {
+    EXPECT_EQ(telemetry::Render({}, nullptr, format, {&series}),
+              telemetry::Render(series.Collect(), nullptr, format));
+  }
+}
+
 TEST(ObjectSeriesTest, TheGateExportsThemOnlyWhileLeading) {
   auto cluster = std::make_shared<prometheus::Registry>();
   prometheus::Registry process;
@@ -51,6 +63,22 @@ TEST(ObjectSeriesTest, TheGateExportsThemOnlyWhileLeading) {
   ASSERT_EQ(families.size(), 1u);
   EXPECT_EQ(families[0].name, kFamily);
   EXPECT_EQ(families[0].metric.at(0).gauge.value, 3);
+}
+
+TEST(ObjectSeriesTest, TheGateRendersTextFamiliesOnlyWhileLeading) {
+  auto cluster = std::make_shared<prometheus::Registry>();
+  prometheus::Registry process;
+  auto text = std::make_shared<telemetry::TextFamilies>();
+  text->AddGauge("dralens_cluster_gpus").Add({{"node", "a"}, {"state", "free"}}).Set(2);
+  LeaderGate gate(cluster, process);
+  gate.AddTextSource(text);
+  std::string out;
+  gate.AppendText(&out, telemetry::ExpositionFormat::kPrometheusText);
+  EXPECT_EQ(out, "");
+  gate.SetLeader(true);
+  gate.AppendText(&out, telemetry::ExpositionFormat::kPrometheusText);
+  EXPECT_NE(out.find("dralens_cluster_gpus{node=\"a\",state=\"free\"} 2\n"), std::string::npos)
+      << out;
 }
 
 }  // namespace

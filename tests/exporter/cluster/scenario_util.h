@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "exporter/cluster/analyzer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
@@ -96,6 +97,24 @@ inline nlohmann::json Node(const std::string& name, bool ready) {
 
 // The value of the one series of `family` whose labels include all of `labels` (the sample
 // count for histograms); -1 when there is none; a test failure when several match.
+// Everything an analyzer exports: the families of its registry and its text families.
+class Exported : public prometheus::Collectable {
+ public:
+  Exported(const prometheus::Registry& registry, const Analyzer& analyzer)
+      : registry_(registry), analyzer_(analyzer) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> out = registry_.Collect();
+    for (prometheus::MetricFamily& f : analyzer_.TextSeries()->Collect()) {
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+
+ private:
+  const prometheus::Registry& registry_;
+  const Analyzer& analyzer_;
+};
+
 inline double Value(const prometheus::Collectable& registry, const std::string& family,
                     const std::map<std::string, std::string>& labels) {
   double found = -1;

@@ -1,0 +1,130 @@
+// TextFamily renders exactly what Render writes for the same series held in a prometheus-cpp
+// family, in both formats, while keeping each series' label text from the moment it is added.
+#include "src/telemetry/text_family.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "src/telemetry/catalog.h"
+#include "src/telemetry/exposition.h"
+
+namespace dralens::telemetry {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kGauge[] = "dralens_cluster_gpus";
+constexpr char kCounter[] = "dralens_cluster_stranded_gpu_seconds_total";
+
+// The same series, set the same way, in a registry and in text families.
+struct Both {
+  prometheus::Registry registry;
+  TextFamilies text;
+  TextFamily<prometheus::Gauge>& gauge = text.AddGauge(kGauge);
+  TextFamily<prometheus::Counter>& counter = text.AddCounter(kCounter);
+
+  void SetGauge(const prometheus::Labels& labels, double v) {
+    BuildGauge(registry, kGauge).Add(labels).Set(v);
+    gauge.Add(labels).Set(v);
+  }
+  void AddCounter(const prometheus::Labels& labels, double v) {
+    BuildCounter(registry, kCounter).Add(labels).Increment(v);
+    counter.Add(labels).Increment(v);
+  }
+};
+
+// The exposition split into its families (each from its "# HELP" line), sorted.
+std::vector<std::string> Families(std::string text) {
+  constexpr absl::string_view kEof = "# EOF\n";  // OpenMetrics' end, after every family
+  if (absl::EndsWith(text, kEof)) {
+    text.resize(text.size() - kEof.size());
+  }
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t next = text.find("# HELP ", start + 1);
+    if (next == std::string::npos) {
+      next = text.size();
+    }
+    out.push_back(text.substr(start, next - start));
+    start = next;
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(TextFamilyTest, RendersWhatRenderWritesInBothFormats) {
+  Both b;
+  // Out of order on purpose, with values that need escaping and fractions.
+  b.SetGauge(
+      {{"node", "node-b"}, {"driver", "gpu.dralens.dev"}, {"product", "H100"}, {"state", "free"}},
+      0.25);
+  b.SetGauge({{"node", "node-a"},
+              {"driver", "gpu.dralens.dev"},
+              {"product", "A\"100\\n"},
+              {"state", "allocated"}},
+             3);
+  b.SetGauge({{"node", "node-a"},
+              {"driver", "gpu.dralens.dev"},
+              {"product", "H100"},
+              {"state", "unavailable"}},
+             1e-7);
+  b.AddCounter({{"kind", "allocated_not_running"},
+                {"node", "node-a"},
+                {"product", "H100"},
+                {"device_class", ""}},
+               12.5);
+  for (ExpositionFormat format :
+       {ExpositionFormat::kPrometheusText, ExpositionFormat::kOpenMetrics}) {
+    // Family by family: the registry's order of families is its own.
+    EXPECT_EQ(Families(Render({}, nullptr, format, {&b.text})),
+              Families(Render(b.registry.Collect(), nullptr, format)));
+  }
+  // OpenMetrics names the counter family without _total, and its samples with it.
+  const std::string om = Render({}, nullptr, ExpositionFormat::kOpenMetrics, {&b.text});
+  EXPECT_TRUE(absl::EndsWith(om, "# EOF\n"));
+  EXPECT_THAT(om, HasSubstr("# TYPE dralens_cluster_stranded_gpu_seconds counter\n"));
+  EXPECT_THAT(om, HasSubstr("dralens_cluster_stranded_gpu_seconds_total{"));
+}
+
+TEST(TextFamilyTest, AddReturnsTheSameSeriesAndRemoveDropsIt) {
+  TextFamilies text;
+  TextFamily<prometheus::Gauge>& g = text.AddGauge(kGauge);
+  prometheus::Gauge& a = g.Add({{"node", "a"}});
+  EXPECT_EQ(&g.Add({{"node", "a"}}), &a);
+  prometheus::Gauge& b = g.Add({{"node", "b"}});
+  a.Set(1);
+  b.Set(2);
+  EXPECT_EQ(g.size(), 2u);
+  g.Remove(&a);
+  g.Remove(&a);  // twice: nothing
+  EXPECT_EQ(g.size(), 1u);
+  std::string out;
+  text.AppendText(&out, ExpositionFormat::kPrometheusText);
+  EXPECT_THAT(out, HasSubstr("dralens_cluster_gpus{node=\"b\"} 2\n"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("node=\"a\"")));
+  // Collect gives the same series to code that reads families.
+  std::vector<prometheus::MetricFamily> families = text.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  ASSERT_EQ(families[0].metric.size(), 1u);
+  EXPECT_EQ(families[0].metric[0].gauge.value, 2);
+  // A family without series writes nothing.
+  g.Remove(&b);
+  out.clear();
+  text.AppendText(&out, ExpositionFormat::kOpenMetrics);
+  EXPECT_EQ(out, "");
+  EXPECT_TRUE(text.Collect().empty());
+}
+
+TEST(TextFamilyTest, RefusesANameOfAnotherKind) {
+  EXPECT_THROW(TextFamily<prometheus::Counter>{kGauge}, std::logic_error);
+  EXPECT_THROW(TextFamily<prometheus::Gauge>{kCounter}, std::logic_error);
+}
+
+}  // namespace
+}  // namespace dralens::telemetry
