@@ -184,8 +184,9 @@ absl::Status MetricsServer::Start(const std::string& address,
     // collector can do without rendering twice.
     (format == telemetry::ExpositionFormat::kOpenMetrics ? scrape_openmetrics_ : scrape_text_)
         ->Observe(absl::ToDoubleSeconds(absl::Now() - start));
-    // httplib gzips text/* bodies itself when the client accepts it; OpenMetrics' media type is
-    // not one it knows, so that one is compressed here.
+    // httplib gzips text/* bodies itself (at zlib's default level) when the client accepts it,
+    // and would compress a body compressed here a second time; OpenMetrics' media type is not
+    // one it knows, so that one is compressed here, at gzip's fastest level.
     if (format == telemetry::ExpositionFormat::kOpenMetrics &&
         telemetry::AcceptsGzip(req.get_header_value("Accept-Encoding"))) {
       absl::StatusOr<std::string> gz = common::Gzip(body);
