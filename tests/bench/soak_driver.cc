@@ -15,10 +15,11 @@
 //     again, as its DaemonSet would be. Of every three restarts, one arms the next of the node's
 //     crash points (DRALENS_TEST_CRASH_AT, in turn: each step of prepare and unprepare, MIG
 //     instance made or destroyed included) and one arms a killer thread that sends SIGKILL the
-//     moment the node commits its checkpoint for the 1st, 2nd or 3rd time, so that the next
-//     kill lands inside a NodePrepareResources or NodeUnprepareResources call of the workload
-//     (a mid-call kill: that call failed) or inside the restore of a prepared claim at start
-//     (counted apart); the node is then started again unarmed;
+//     moment the node commits its checkpoint for a prepare or, the next time, an unprepare (the
+//     1st or 2nd such write), so that the next kill lands inside a NodePrepareResources or
+//     NodeUnprepareResources call of the workload (a mid-call kill: that call failed) or inside
+//     the restore of a prepared claim at start (counted apart); the node is then started again
+//     unarmed;
 //   - the kubelet restarts every --kubelet-restart-every seconds (default 45): it deletes every
 //     ResourceSlice of the node and driver, then registers the plugin again, whatever API fault
 //     burst is in force; the node's pool must be published again within 60 s, and the time is
@@ -165,9 +166,12 @@ double ScrapeSum(int port, const std::string& family, const std::string& label) 
 }
 
 // Kills a process with SIGKILL, from a thread of its own, the moment it commits its checkpoint
-// (the atomic rename into `dir`) for the (skip+1)th time: armed once the node serves, the kill
+// (the atomic rename into `dir`) for the (skip+1)th time by a prepare (an entry new or changed)
+// or, with `unprepare`, by an unprepare (an entry gone): armed once the node serves, the kill
 // lands inside the NodePrepareResources or NodeUnprepareResources call that wrote it, before
-// its answer (after PrepareStarted, after PrepareCompleted, or after the entry went).
+// its answer (after PrepareStarted, after PrepareCompleted, or after the entry went). Which
+// call is chosen, since each workload step finishes runs before it starts new ones: the first
+// write after a restart is nearly always an unprepare's.
 class CheckpointKiller {
  public:
   ~CheckpointKiller() { Disarm(); }
@@ -175,7 +179,8 @@ class CheckpointKiller {
   using States = std::map<std::string, std::string>;  // checkpoint: uid -> state
 
   // `read_states` reads the checkpoint's claims; it is called on the killer's thread.
-  bool Arm(pid_t pid, const std::string& dir, int skip, std::function<States()> read_states) {
+  bool Arm(pid_t pid, const std::string& dir, bool unprepare, int skip,
+           std::function<States()> read_states) {
     Disarm();
     fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (fd_ < 0 || inotify_add_watch(fd_, dir.c_str(), IN_MOVED_TO) < 0) {
@@ -184,29 +189,32 @@ class CheckpointKiller {
     stop_ = false;
     fired_ = false;
     before_ = read_states();
-    thread_ = std::thread([this, pid, skip, read_states = std::move(read_states)]() mutable {
-      alignas(inotify_event) char buf[4096];
-      while (!stop_) {
-        pollfd p{fd_, POLLIN, 0};
-        if (poll(&p, 1, 20) <= 0) {
-          continue;
-        }
-        const ssize_t n = read(fd_, buf, sizeof(buf));
-        for (ssize_t i = 0; i < n;) {
-          const auto* e = reinterpret_cast<const inotify_event*>(buf + i);
-          if (e->len > 0 && std::string(e->name) == "checkpoint.json") {
-            if (skip-- == 0) {
-              kill(pid, SIGKILL);
-              fired_ = true;
-              unprepare_ = UnpreparedSince(read_states());
-              return;
+    thread_ =
+        std::thread([this, pid, unprepare, skip, read_states = std::move(read_states)]() mutable {
+          alignas(inotify_event) char buf[4096];
+          while (!stop_) {
+            pollfd p{fd_, POLLIN, 0};
+            if (poll(&p, 1, 20) <= 0) {
+              continue;
             }
-            before_ = read_states();
+            const ssize_t n = read(fd_, buf, sizeof(buf));
+            for (ssize_t i = 0; i < n;) {
+              const auto* e = reinterpret_cast<const inotify_event*>(buf + i);
+              if (e->len > 0 && std::string(e->name) == "checkpoint.json") {
+                States now = read_states();
+                const bool gone = UnpreparedSince(now);
+                if (gone == unprepare && skip-- == 0) {
+                  kill(pid, SIGKILL);
+                  fired_ = true;
+                  unprepare_ = gone;
+                  return;
+                }
+                before_ = std::move(now);
+              }
+              i += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+            }
           }
-          i += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
-        }
-      }
-    });
+        });
     return true;
   }
 
@@ -642,7 +650,8 @@ int main(int argc, char** argv) {
   };
   auto watch = [&] {
     watching = killer.Arm(soak.node_->pid(), soak.Plugins() + "/gpu.dralens.dev",
-                          /*skip=*/periodic_kills / 3 % 3, [&soak] { return soak.States(); });
+                          /*unprepare=*/periodic_kills / 3 % 2 == 1,
+                          /*skip=*/periodic_kills / 6 % 2, [&soak] { return soak.States(); });
     if (!watching) {
       violations.push_back("could not watch the checkpoint");
     }
