@@ -109,8 +109,9 @@ bench: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target prepare_bench
 	./$(BUILD_DIR)/tests/bench/prepare_bench $(BENCH_ARGS)
 
-# The workload against real node and cluster processes under API faults, a down collector and
-# kill -9 of the node every minute; checks the invariants after each recovery.
+# The workload against real node and cluster processes (dynamic MIG, consumable capacity) under
+# API faults, a down collector and kill -9 of the node every minute, some inside prepare and
+# unprepare calls; checks the invariants after each recovery.
 SOAK_MINUTES ?= 5
 soak: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target soak_driver

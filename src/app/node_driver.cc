@@ -1,6 +1,7 @@
 #include "src/app/node_driver.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <utility>
@@ -117,6 +118,38 @@ absl::Status NodeDriver::StartAll() {
         {"claims", loaded.checkpoint.claims.size()}});
 
   RETURN_IF_ERROR(CheckNoClaimWasLost(loaded));
+  {
+    // Unprepare removes the CDI spec before the checkpoint entry, so that a crash in between
+    // leaks no spec; a kill there leaves a PrepareCompleted claim without its spec. Until the
+    // kubelet's retry the node would report it as prepared and answer a prepare of it with a
+    // CDI device that is gone: finish that unprepare now, as the retry would.
+    std::vector<driver::ClaimRef> interrupted;
+    for (const auto& [uid, claim] : loaded.checkpoint.claims) {
+      std::error_code ec;
+      if (claim.state == driver::prepare::ClaimState::kPrepareCompleted &&
+          !claim.cdi_spec_file.empty() &&
+          !std::filesystem::exists(std::filesystem::path(options_.cdi_root) / claim.cdi_spec_file,
+                                   ec) &&
+          !ec) {
+        interrupted.push_back(
+            {.namespace_name = claim.namespace_name, .uid = uid, .name = claim.name});
+      }
+    }
+    if (!interrupted.empty()) {
+      for (const auto& [uid, error] :
+           preparation_->preparer().Unprepare(interrupted, driver::KubeletCall{})) {
+        if (error.empty()) {
+          DLOG(kWarn, kComponent,
+               "finished the unprepare of a claim whose CDI spec was already removed",
+               {{"uid", uid}});
+        } else {
+          DLOG(kError, kComponent,
+               "could not finish the unprepare of a claim whose CDI spec was already removed",
+               {{"uid", uid}, {"error", error}});
+        }
+      }
+    }
+  }
 
   if (options_.dynamic_mig) {
     // Instances no prepared claim owns were left by a crash or made by hand: the scheduler

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
@@ -30,6 +31,9 @@ constexpr KindWeight kMix[] = {
     {WorkloadKind::kMig3g, 8},    {WorkloadKind::kTimeSliced, 10},   {WorkloadKind::kMps, 10},
     {WorkloadKind::kShared, 8},   {WorkloadKind::kUnsatisfiable, 4}, {WorkloadKind::kNoPod, 6},
 };
+// With memory_shares, drawn after the mix above so that the mix keeps its sequence without.
+constexpr int kMemoryShareWeight = 16;
+constexpr char kShareMemory[] = "10Gi";
 
 std::string GpuClass(const std::string& driver) { return driver; }
 std::string MigClass(const std::string& driver) {
@@ -114,6 +118,8 @@ absl::string_view ToString(WorkloadKind kind) {
       return "huge";
     case WorkloadKind::kNoPod:
       return "early";
+    case WorkloadKind::kMemoryShare:
+      return "share";
   }
   return "gpu";
 }
@@ -194,6 +200,9 @@ WorkloadKind Workload::PickKind() {
   for (const KindWeight& k : kMix) {
     total += k.weight;
   }
+  if (options_.memory_shares) {
+    total += kMemoryShareWeight;
+  }
   int pick = std::uniform_int_distribution<int>(0, total - 1)(kind_rng_);
   for (const KindWeight& k : kMix) {
     if (pick < k.weight) {
@@ -201,7 +210,7 @@ WorkloadKind Workload::PickKind() {
     }
     pick -= k.weight;
   }
-  return WorkloadKind::kFullGpu;
+  return options_.memory_shares ? WorkloadKind::kMemoryShare : WorkloadKind::kFullGpu;
 }
 
 absl::Status Workload::CreateClaim(absl::Time now) {
@@ -246,6 +255,9 @@ absl::Status Workload::CreateClaim(absl::Time now) {
           {{"requests", json::array({"gpu"})},
            {"opaque", Opaque(driver, {{"strategy", "TimeSlicing"},
                                       {"timeSlicingConfig", {{"interval", "Short"}}}})}});
+      break;
+    case WorkloadKind::kMemoryShare:
+      request["exactly"]["capacity"] = {{"requests", {{"memory", kShareMemory}}}};
       break;
     case WorkloadKind::kUnsatisfiable:
       request["exactly"]["selectors"] = json::array({Selector(absl::StrCat(
@@ -351,12 +363,35 @@ std::optional<Workload::Held> Workload::Fit(const json& request, const View& vie
   for (const json& s : exactly.value("selectors", json::array())) {
     expressions.push_back(s["cel"]["expression"].get<std::string>());
   }
+  // A share of consumable capacity goes only to devices that allow several allocations, and
+  // nothing else goes there.
+  std::optional<common::Quantity> share;
+  if (const json wanted = exactly.value("capacity", json::object())
+                              .value("requests", json::object())
+                              .value("memory", json());
+      wanted.is_string()) {
+    absl::StatusOr<common::Quantity> q = common::Quantity::Parse(wanted.get<std::string>());
+    if (!q.ok()) {
+      return std::nullopt;
+    }
+    share = *q;
+  }
   for (const model::ResourceSlice& slice : view.slices) {
     const std::string& pool = slice.spec.pool.name;
     for (const model::SliceDevice& device : slice.spec.devices) {
       if (allocated_.count(absl::StrCat(pool, "/", device.name)) > 0 ||
-          std::any_of(device.taints.begin(), device.taints.end(), Blocks)) {
+          std::any_of(device.taints.begin(), device.taints.end(), Blocks) ||
+          device.allow_multiple_allocations.value_or(false) != share.has_value()) {
         continue;
+      }
+      if (share.has_value()) {
+        auto capacity = device.capacity.find("memory");
+        auto used = memory_used_.find(absl::StrCat(pool, "/", device.name));
+        common::Quantity total = used == memory_used_.end() ? common::Quantity() : used->second;
+        if (capacity == device.capacity.end() || !total.Add(*share).ok() ||
+            total > capacity->second.value) {
+          continue;
+        }
       }
       bool fits = true;
       for (const model::DeviceCounterConsumption& c : device.consumes_counters) {
@@ -373,7 +408,7 @@ std::optional<Workload::Held> Workload::Fit(const json& request, const View& vie
         fits = fits && Matches(e, device, slice.spec.driver);
       }
       if (fits) {
-        return Held{pool, device.name, device.consumes_counters};
+        return Held{pool, device.name, device.consumes_counters, share};
       }
     }
   }
@@ -407,12 +442,17 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
     entry["source"] = "FromClaim";
     config.push_back(entry);
   }
+  json result = {{"request", "gpu"},
+                 {"driver", options_.driver_name},
+                 {"pool", held->pool},
+                 {"device", held->device}};
+  if (held->memory.has_value()) {
+    // The scheduler's share ID: a UID unique among the device's allocations.
+    result["shareID"] = absl::StrFormat("00000000-0000-4000-8000-%012d", ++shares_);
+    result["consumedCapacity"] = {{"memory", held->memory->String()}};
+  }
   json allocation = {
-      {"devices",
-       {{"results", json::array({{{"request", "gpu"},
-                                  {"driver", options_.driver_name},
-                                  {"pool", held->pool},
-                                  {"device", held->device}}})}}},
+      {"devices", {{"results", json::array({result})}}},
       {"nodeSelector",
        {{"nodeSelectorTerms",
          json::array(
@@ -433,7 +473,11 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
   RETURN_IF_ERROR_CTX(
       client_.Update(k8s::kResourceClaims, options_.namespace_name, object, "status").status(),
       absl::StrCat("allocate claim ", claim.name));
-  allocated_.insert(absl::StrCat(held->pool, "/", held->device));
+  if (held->memory.has_value()) {
+    (void)memory_used_[absl::StrCat(held->pool, "/", held->device)].Add(*held->memory);
+  } else {
+    allocated_.insert(absl::StrCat(held->pool, "/", held->device));
+  }
   for (const model::DeviceCounterConsumption& c : held->counters) {
     for (const auto& [name, counter] : c.counters) {
       common::Quantity& used =
@@ -475,6 +519,10 @@ absl::Status Workload::Prepare(Tracked& claim, absl::Time now) {
       return absl::OkStatus();
     }
     ++stats_.prepared;
+    const bool mig = claim.kind == WorkloadKind::kMig1g || claim.kind == WorkloadKind::kMig2g ||
+                     claim.kind == WorkloadKind::kMig3g;
+    stats_.prepared_mig += mig ? 1 : 0;
+    stats_.prepared_share += claim.kind == WorkloadKind::kMemoryShare ? 1 : 0;
   }
   for (const std::string& pod : claim.pods) {
     RETURN_IF_ERROR(SetPodPhase(pod, "Running", claim.node));
@@ -494,6 +542,10 @@ absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
     grpc::Status s =
         Stub(socket->second)->NodeUnprepareResources(Deadline().get(), request, &response);
     if (const std::string error = ClaimError(s, response, claim.uid); !error.empty()) {
+      {
+        absl::MutexLock lock(&stats_mu_);
+        ++stats_.unprepare_errors;
+      }
       return absl::UnavailableError(absl::StrCat("unprepare ", claim.name, ": ", error));
     }
     absl::MutexLock lock(&stats_mu_);
@@ -523,7 +575,11 @@ absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
 
 void Workload::Release(const Tracked& claim) {
   for (const Held& h : claim.held) {
-    allocated_.erase(absl::StrCat(h.pool, "/", h.device));
+    if (h.memory.has_value()) {
+      (void)memory_used_[absl::StrCat(h.pool, "/", h.device)].Sub(*h.memory);
+    } else {
+      allocated_.erase(absl::StrCat(h.pool, "/", h.device));
+    }
     for (const model::DeviceCounterConsumption& c : h.counters) {
       for (const auto& [name, counter] : c.counters) {
         common::Quantity& used =

@@ -6,8 +6,8 @@
 //      on the node's real dra.sock, the pods are deleted and, most of the time, the claim too;
 //      some claims keep their allocation for a while with no pod (stranded capacity);
 //   2. one new claim of a seeded random kind is created, with its pods (none for some claims,
-//      two for shared claims): full GPUs, MIG profiles, time-sliced and MPS configs, and
-//      requests no device can ever satisfy;
+//      two for shared claims): full GPUs, MIG profiles, time-sliced and MPS configs, requests
+//      no device can ever satisfy and, with memory_shares, 10Gi shares of a GPU's memory;
 //   3. every pending claim that has pods is allocated if a device fits: class and request CEL
 //      selectors (src/cel) against the published devices, untainted, not allocated, and within
 //      the shared counters of partitionable GPUs; then the claim is reserved for its pods, the
@@ -22,6 +22,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -50,6 +51,12 @@ struct WorkloadOptions {
   int max_claims = 32;  // claims alive at once; no new ones beyond it
   // Node name -> the plugin's dra.sock, dialled as the node's kubelet would.
   std::map<std::string, std::string> plugin_sockets;
+  // Also make claims for a 10Gi share of a GPU's memory (consumable capacity, a node's
+  // --consumable-capacity). They are placed only on devices published with
+  // allowMultipleAllocations, with a share ID and the consumed memory in the allocation, and the
+  // other kinds never go there (the planner refuses to mix shares with other holders). Off, the
+  // mix and its seeded sequence are as before.
+  bool memory_shares = false;
 };
 
 // The kinds of claim the generator makes, with their weights in the mix.
@@ -63,6 +70,7 @@ enum class WorkloadKind {
   kShared,         // one claim, two pods
   kUnsatisfiable,  // asks for more memory than any GPU has
   kNoPod,          // created ahead of its pod, which never comes
+  kMemoryShare,    // 10Gi of a GPU's memory through consumable capacity (memory_shares only)
 };
 absl::string_view ToString(WorkloadKind kind);
 
@@ -89,9 +97,12 @@ class Workload {
   struct Stats {
     int created = 0;
     int allocated = 0;
-    int prepared = 0;  // successful NodePrepareResources claim entries
+    int prepared = 0;        // successful NodePrepareResources claim entries
+    int prepared_mig = 0;    // of them, MIG slices
+    int prepared_share = 0;  // of them, memory shares (consumable capacity)
     int prepare_errors = 0;
     int unprepared = 0;
+    int unprepare_errors = 0;  // failed NodeUnprepareResources calls (retried next step)
     int deleted = 0;
     int pending = 0;    // alive, not allocated
     int running = 0;    // allocated with running pods
@@ -105,6 +116,7 @@ class Workload {
     std::string pool;
     std::string device;
     std::vector<model::DeviceCounterConsumption> counters;
+    std::optional<common::Quantity> memory;  // a consumable-capacity share: what it consumes
   };
   struct Tracked {
     std::string name;
@@ -150,6 +162,8 @@ class Workload {
   std::vector<Tracked> claims_;
   std::set<std::string> allocated_;                        // pool/device
   std::map<std::string, common::Quantity> counters_used_;  // pool/set/counter
+  std::map<std::string, common::Quantity> memory_used_;    // pool/device, by shares
+  int shares_ = 0;                                         // share IDs handed out
   std::map<std::string, std::unique_ptr<cel::Program>> programs_;
 
   mutable absl::Mutex stats_mu_;

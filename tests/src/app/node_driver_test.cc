@@ -9,12 +9,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "driver/proto/dra-health/v1alpha1/api.grpc.pb.h"
+#include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "driver/proto/pluginregistration/v1/api.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -59,7 +61,7 @@ class NodeDriverTest : public ::testing::Test {
     fs::remove_all(root_, ec);
   }
 
-  void Start(bool taints) {
+  void Start(bool taints, prometheus::Registry* registry = nullptr) {
     NodeDriverOptions options;
     options.node_name = kNode;
     options.registry_dir = (root_ / "registry").string();
@@ -68,7 +70,7 @@ class NodeDriverTest : public ::testing::Test {
     options.device_source.kind = "simulated";
     options.device_source.simulated_profile = "dgx-h100";
     options.device_taints = taints;
-    options.registry = &registry_;
+    options.registry = registry != nullptr ? registry : &registry_;
     options.exemplars = &exemplars_;
     auto driver = NodeDriver::Start(options, *client_, common::RealClock());
     ASSERT_TRUE(driver.ok()) << driver.status();
@@ -122,6 +124,7 @@ class NodeDriverTest : public ::testing::Test {
 
   fs::path root_;
   prometheus::Registry registry_;
+  prometheus::Registry second_registry_;  // for a second start
   telemetry::ExemplarStore exemplars_;
   sim::ApiServer api_;
   std::unique_ptr<k8s::RestClient> client_;
@@ -213,6 +216,67 @@ TEST_F(NodeDriverTest, WithoutTaintsHealthReachesOnlyTheStream) {
                 (d.device == "gpu-1" && d.health == driver::health::DeviceHealthStatus::kUnhealthy);
   }
   EXPECT_TRUE(unhealthy);
+}
+
+// A kill inside NodeUnprepareResources after the CDI spec went (it goes first) and before the
+// checkpoint entry did: the next start finishes that unprepare, so the claim is not reported as
+// prepared, nor answered from the checkpoint with a spec that is gone; preparing it again
+// writes its spec afresh.
+TEST_F(NodeDriverTest, AStartFinishesAnUnprepareInterruptedAfterItsSpecWent) {
+  namespace dra = ::k8s::io::kubelet::pkg::apis::dra::v1;
+  Start(/*taints=*/false);
+  auto created =
+      client_->Create(k8s::kResourceClaims, "default",
+                      {{"apiVersion", "resource.k8s.io/v1"},
+                       {"kind", "ResourceClaim"},
+                       {"metadata", {{"name", "c"}, {"namespace", "default"}}},
+                       {"spec",
+                        {{"devices",
+                          {{"requests", nlohmann::json::array({{
+                                            {"name", "gpu"},
+                                            {"exactly", {{"deviceClassName", "gpu.dralens.dev"}}},
+                                        }})}}}}}});
+  ASSERT_TRUE(created.ok()) << created.status();
+  nlohmann::json claim = *created;
+  const std::string uid = claim["metadata"]["uid"];
+  claim["status"]["allocation"] = {
+      {"devices",
+       {{"results", nlohmann::json::array({{{"request", "gpu"},
+                                            {"driver", "gpu.dralens.dev"},
+                                            {"pool", kNode},
+                                            {"device", "gpu-1"}}})}}}};
+  ASSERT_TRUE(client_->Update(k8s::kResourceClaims, "default", claim, "status").ok());
+  auto prepare = [&] {
+    auto stub = dra::DRAPlugin::NewStub(grpc::CreateChannel("unix://" + driver_->dra_socket_path(),
+                                                            grpc::InsecureChannelCredentials()));
+    dra::NodePrepareResourcesRequest request;
+    auto* c = request.add_claims();
+    c->set_namespace_("default");
+    c->set_name("c");
+    c->set_uid(uid);
+    dra::NodePrepareResourcesResponse response;
+    grpc::ClientContext context;
+    grpc::Status s = stub->NodePrepareResources(&context, request, &response);
+    return s.ok() ? response.claims().at(uid).error() : s.error_message();
+  };
+  auto checkpointed = [&] {
+    std::ifstream in(root_ / "plugins/gpu.dralens.dev/checkpoint.json");
+    const nlohmann::json file = nlohmann::json::parse(in, nullptr, false);
+    return !file.is_discarded() && file.value("claims", nlohmann::json::object()).contains(uid);
+  };
+  const fs::path spec = root_ / "cdi" / ("k8s.gpu.dralens.dev-claim_" + uid + ".json");
+  ASSERT_EQ(prepare(), "");
+  ASSERT_TRUE(fs::exists(spec));
+  ASSERT_TRUE(checkpointed());
+
+  driver_.reset();
+  ASSERT_TRUE(fs::remove(spec));  // what the kill left: the entry without its spec
+  ASSERT_TRUE(checkpointed());
+  Start(/*taints=*/false, &second_registry_);
+  EXPECT_FALSE(checkpointed());
+  EXPECT_EQ(prepare(), "");
+  EXPECT_TRUE(fs::exists(spec));
+  EXPECT_TRUE(checkpointed());
 }
 
 }  // namespace

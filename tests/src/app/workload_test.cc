@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "src/app/node_driver.h"
 #include "src/common/clock.h"
+#include "src/common/quantity.h"
 #include "src/k8s/rest_client.h"
 #include "src/model/codec.h"
 #include "src/sim/api_server.h"
@@ -53,7 +55,8 @@ class WorkloadTest : public ::testing::Test {
     fs::remove_all(root_, ec);
   }
 
-  void StartNode(const std::string& name, const std::string& profile, bool dynamic_mig) {
+  void StartNode(const std::string& name, const std::string& profile, bool dynamic_mig,
+                 bool consumable_capacity = false) {
     ASSERT_TRUE(
         client_
             ->Create(k8s::kNodes, "",
@@ -67,6 +70,7 @@ class WorkloadTest : public ::testing::Test {
     options.device_source.kind = "simulated";
     options.device_source.simulated_profile = profile;
     options.dynamic_mig = dynamic_mig;
+    options.consumable_capacity = consumable_capacity;
     options.api_minor = 34;
     auto driver = NodeDriver::Start(options, *client_, common::RealClock());
     ASSERT_TRUE(driver.ok()) << driver.status();
@@ -163,6 +167,56 @@ TEST_F(WorkloadTest, MakesTheMixAllocatesWithoutOverlapAndPreparesThroughTheSock
       EXPECT_NE(r["device"].get<std::string>().find("-mig-"), std::string::npos);
     }
   }
+}
+
+TEST_F(WorkloadTest, MemorySharesGoOnlyToConsumableGpusWithShareIdsAndWithinTheirMemory) {
+  StartNode("a100-cc", "a100-40gb", /*dynamic_mig=*/false, /*consumable_capacity=*/true);
+  common::FakeClock clock;
+  WorkloadOptions options;
+  options.seed = 7;
+  options.mean_pod_duration = absl::Seconds(30);
+  options.max_claims = 40;
+  options.plugin_sockets = sockets_;
+  options.memory_shares = true;
+  Workload workload(options, *client_, clock);
+  ASSERT_TRUE(workload.Setup().ok());
+  size_t most_shares = 0;
+  for (int i = 0; i < 80; ++i) {
+    ASSERT_TRUE(workload.Step().ok());
+    std::set<std::string> exclusive;
+    std::map<std::string, std::set<std::string>> share_ids;  // device -> share IDs
+    std::map<std::string, common::Quantity> consumed;
+    for (const json& c : Claims()) {
+      if (!c.contains("status") || !c["status"].contains("allocation")) {
+        continue;
+      }
+      const std::string kind = c["metadata"]["labels"]["dralens.dev/workload"];
+      const json& r = c["status"]["allocation"]["devices"]["results"][0];
+      const std::string key =
+          absl::StrCat(r["pool"].get<std::string>(), "/", r["device"].get<std::string>());
+      if (kind != "share") {
+        EXPECT_NE(r["pool"], "a100-cc") << kind << " on a consumable-capacity GPU";
+        EXPECT_TRUE(exclusive.insert(key).second) << key << " allocated twice";
+        continue;
+      }
+      EXPECT_EQ(r["pool"], "a100-cc");
+      ASSERT_TRUE(r.contains("shareID")) << r.dump();
+      EXPECT_TRUE(share_ids[key].insert(r["shareID"].get<std::string>()).second) << r.dump();
+      auto q = common::Quantity::Parse(r["consumedCapacity"]["memory"].get<std::string>());
+      ASSERT_TRUE(q.ok()) << r.dump();
+      ASSERT_TRUE(consumed[key].Add(*q).ok());
+    }
+    for (const auto& [key, used] : consumed) {
+      EXPECT_LE(used, *common::Quantity::Parse("40Gi")) << key;
+      most_shares = std::max(most_shares, share_ids[key].size());
+    }
+    clock.Advance(absl::Seconds(2));
+  }
+  const Workload::Stats stats = workload.stats();
+  EXPECT_EQ(stats.prepare_errors, 0);
+  EXPECT_GT(stats.prepared_share, 0);
+  EXPECT_GT(stats.prepared_mig, 0);
+  EXPECT_GE(most_shares, 2u);  // several claims on one GPU at once
 }
 
 TEST_F(WorkloadTest, TheSameSeedMakesTheSameClaims) {
