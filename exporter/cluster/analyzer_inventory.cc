@@ -133,11 +133,18 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       d->verdicts = std::move(kept[d->key]);
     }
     if (auto existing = devices_.find(d->key); existing != devices_.end()) {
-      // The device moved here from another slice of the pool.
+      // The device moved here from another slice of the pool (or another publisher took its
+      // name): the old one leaves every index it was in, its counter sets' consumers included,
+      // as RemoveSliceLocked would take it out.
       Device& e = *existing->second;
       CountDevice(e, -1);
       touched.insert(e.node);
       UnclassifyDevice(e);
+      for (const auto& [set_key, counters] : e.consumes) {
+        if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
+          set->second->devices.erase(e.key);
+        }
+      }
       node_devices_[e.node].erase(e.key);
       dirty_nodes_.insert(e.node);
       devices_.erase(existing);

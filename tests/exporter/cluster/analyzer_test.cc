@@ -149,6 +149,37 @@ class ScenarioTest : public ::testing::Test {
 //                      allocated to `idle`, whose pod is not running;
 //   node-c (NotReady): gpu-0 A100, free.
 // Classes: gpu (type gpu), mig (type mig), odd (uses `matches`, outside the CEL subset).
+// Two publishers of one pool (a second node process started with the same NODE_NAME): the
+// other one's slice takes over a device name that consumes a counter set, then goes. The
+// counter set must not keep the device that went as a consumer (the cluster role aborted on
+// it, in RecomputePlaceable, when the node had only one of them).
+TEST_F(ScenarioTest, ADeviceNameTakenOverByAnotherSliceLeavesNoConsumerBehind) {
+  Create(k8s::kDeviceClasses, "",
+         Class("mig", "device.attributes['gpu.dralens.dev'].type == 'mig'"));
+  Create(k8s::kNodes, "", Node("node-b", true));
+  Create(k8s::kResourceSlices, "",
+         Slice("node-b",
+               {{"gpu-0", "gpu", "A100", "GPU-b0", "", "gpu-0-slices", 7, false},
+                {"mig-1g-0", "mig", "A100", "MIG-b0", "1g", "gpu-0-slices", 1, false}},
+               {{"gpu-0-slices", 7}}));
+  StartInformers();
+  const std::map<std::string, std::string> one_g = {
+      {"node", "node-b"}, {"gpu", "gpu-0-slices"}, {"profile", "1g"}};
+  ASSERT_TRUE(Eventually([&] { return Get("dralens_cluster_mig_placeable", one_g) > 0; }));
+  const double placeable = Get("dralens_cluster_mig_placeable", one_g);
+
+  nlohmann::json intruder = Slice("node-b", {{"gpu-0", "gpu", "A100", "GPU-x0", "", "", 0, false}});
+  intruder["metadata"]["name"] = "node-b-intruder";
+  Create(k8s::kResourceSlices, "", intruder);
+  ASSERT_TRUE(client_->Delete(k8s::kResourceSlices, "", "node-b-intruder", {}).ok());
+  // The analyzer survived it, and the MIG placement is still placeable as before.
+  ASSERT_TRUE(Eventually([&] {
+    return Get("dralens_cluster_gpus", {{"node", "node-b"}, {"state", "free"}}) == 1 &&
+           Get("dralens_cluster_mig_placeable", one_g) == placeable;
+  })) << Get("dralens_cluster_gpus", {{"node", "node-b"}, {"state", "free"}})
+      << " " << Get("dralens_cluster_mig_placeable", one_g) << " (was " << placeable << ")";
+}
+
 TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
   Create(k8s::kDeviceClasses, "",
          Class("gpu", "device.attributes['gpu.dralens.dev'].type == 'gpu'"));
