@@ -141,6 +141,9 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetReservations(Claim& claim, std::vector<Key> pods) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkAllNodesDirty() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A class was added, changed or deleted: every device is classified again and every count
+  // and node derived again.
+  void ClassesChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Device and counter state.
   bool DeviceAllocated(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

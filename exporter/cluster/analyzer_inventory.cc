@@ -218,16 +218,7 @@ void Analyzer::UpsertClass(const model::DeviceClass& device_class) {
     return;
   }
   classes_[device_class.metadata.name] = std::move(selectors);
-  for (auto& [key, device] : devices_) {
-    ClassifyDevice(*device);
-  }
-  for (auto& [signature, leaf] : leaves_) {
-    RecountLeaf(*leaf);
-  }
-  capacity_changed_ = true;
-  pending_shape_changed_ = true;
-  MarkAllNodesDirty();
-  Flush();
+  ClassesChanged();
 }
 
 void Analyzer::DeleteClass(const std::string& name) {
@@ -235,11 +226,17 @@ void Analyzer::DeleteClass(const std::string& name) {
   if (classes_.erase(name) == 0) {
     return;
   }
+  ClassesChanged();
+}
+
+void Analyzer::ClassesChanged() {
   for (auto& [key, device] : devices_) {
     ClassifyDevice(*device);
   }
-  class_devices_.erase(name);
-  class_unknown_.erase(name);
+  // A class that went leaves no (empty) index behind.
+  for (auto* index : {&class_devices_, &class_unknown_}) {
+    std::erase_if(*index, [this](const auto& entry) { return !classes_.contains(entry.first); });
+  }
   for (auto& [signature, leaf] : leaves_) {
     RecountLeaf(*leaf);
   }

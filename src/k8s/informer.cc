@@ -227,15 +227,20 @@ void Informer::Run() {
   }
 }
 
-absl::Status Informer::ListAndReconcile() {
-  if (!options_.keep_objects) {
-    return ListPageByPage();
-  }
+ListOptions Informer::PagedListOptions() const {
   ListOptions list_options;
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
   list_options.limit = options_.page_size;
-  absl::StatusOr<ListResult> list = ListAll(client_, type_, options_.namespace_name, list_options);
+  return list_options;
+}
+
+absl::Status Informer::ListAndReconcile() {
+  if (!options_.keep_objects) {
+    return ListPageByPage();
+  }
+  absl::StatusOr<ListResult> list =
+      ListAll(client_, type_, options_.namespace_name, PagedListOptions());
   list_count_.fetch_add(1);
   if (!list.ok()) {
     return list.status();
@@ -301,15 +306,11 @@ absl::Status Informer::ListAndReconcile() {
 }
 
 absl::Status Informer::ListPageByPage() {
-  ListOptions list_options;
-  list_options.label_selector = options_.label_selector;
-  list_options.field_selector = options_.field_selector;
-  list_options.limit = options_.page_size;
   absl::flat_hash_set<std::string> listed;
   int64_t added = 0;
   int64_t updated = 0;
   absl::StatusOr<std::string> version =
-      ListPaged(client_, type_, options_.namespace_name, list_options,
+      ListPaged(client_, type_, options_.namespace_name, PagedListOptions(),
                 [&](std::vector<nlohmann::json>& items, bool) {
                   for (const nlohmann::json& item : items) {
                     std::string key = ObjectKey(item);

@@ -113,6 +113,7 @@ class Informer {
   enum class Next { kResume, kRelist };
 
   void Run();
+  ListOptions PagedListOptions() const;
   absl::Status ListAndReconcile();
   // ListAndReconcile without keep_objects: page by page, against the hashes.
   absl::Status ListPageByPage();

@@ -8,7 +8,6 @@
 #include <httplib.h>
 
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -86,31 +85,6 @@ TEST(ApiOutageTest, KnownClaimsKeepWorkingNewOnesFailPerClaimAndRecoverAfter) {
   EXPECT_EQ(node.Unprepare(fresh), "");
 }
 
-// The sum of the samples of `family` on the metrics endpoint at `port` whose label text contains
-// every one of `labels`; -1 when there is none (or no answer).
-double Sample(int port, const std::string& family, const std::vector<std::string>& labels = {}) {
-  httplib::Client c("127.0.0.1", port);
-  auto res = c.Get("/metrics");
-  if (!res || res->status != 200) {
-    return -1;
-  }
-  double sum = -1;
-  std::istringstream lines(res->body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(family + "{", 0) != 0 && line.rfind(family + " ", 0) != 0) {
-      continue;
-    }
-    bool match = true;
-    for (const std::string& l : labels) {
-      match = match && line.find(l) != std::string::npos;
-    }
-    if (match) {
-      sum = (sum < 0 ? 0 : sum) + std::stod(line.substr(line.rfind(' ') + 1));
-    }
-  }
-  return sum;
-}
-
 // The cluster role through the same outage: it keeps serving what it knew (the series stay),
 // says for how long its view may have lagged (dralens_cluster_stale_seconds grows), stays up,
 // and once the server answers again it is in step (staleness back to 0) and sees what changed.
@@ -124,9 +98,9 @@ TEST(ApiOutageTest, ClusterRoleKeepsItsLastStateMarksItStaleAndCatchesUp) {
   const int port = MetricsPort(cluster.Output());
   ASSERT_NE(port, 0) << cluster.Output();
   const std::string gpus = "dralens_cluster_gpus";
-  ASSERT_TRUE(testing::Eventually([&] { return Sample(port, gpus) == 8; }))
-      << Sample(port, gpus);  // dgx-h100: eight GPUs
-  EXPECT_EQ(Sample(port, "dralens_cluster_stale_seconds"), 0);
+  ASSERT_TRUE(testing::Eventually([&] { return testing::MetricSum(port, gpus) == 8; }))
+      << testing::MetricSum(port, gpus);  // dgx-h100: eight GPUs
+  EXPECT_EQ(testing::MetricSum(port, "dralens_cluster_stale_seconds"), 0);
 
   node.api().InjectFault({.kind = sim::FaultRule::Kind::kStatus,
                           .verb = "",
@@ -138,27 +112,31 @@ TEST(ApiOutageTest, ClusterRoleKeepsItsLastStateMarksItStaleAndCatchesUp) {
        {"resourceclaims", "resourceslices", "deviceclasses", "pods", "nodes"}) {
     const std::string label = absl::StrCat("resource=\"", resource, "\"");
     EXPECT_TRUE(testing::Eventually([&] {
-      return Sample(port, "dralens_cluster_stale_seconds", {label}) > 0;
+      return testing::MetricSum(port, "dralens_cluster_stale_seconds", {label}) > 0;
     })) << resource;
   }
-  const double first = Sample(port, "dralens_cluster_stale_seconds", {"resource=\"nodes\""});
+  const double first =
+      testing::MetricSum(port, "dralens_cluster_stale_seconds", {"resource=\"nodes\""});
   EXPECT_TRUE(testing::Eventually([&] {
-    return Sample(port, "dralens_cluster_stale_seconds", {"resource=\"nodes\""}) > first;
+    return testing::MetricSum(port, "dralens_cluster_stale_seconds", {"resource=\"nodes\""}) >
+           first;
   }));
   // What it knew stays exported, and the process serves on.
-  EXPECT_EQ(Sample(port, gpus), 8);
-  EXPECT_EQ(Sample(port, gpus, {"state=\"free\""}), 8);
+  EXPECT_EQ(testing::MetricSum(port, gpus), 8);
+  EXPECT_EQ(testing::MetricSum(port, gpus, {"state=\"free\""}), 8);
   EXPECT_EQ(cluster.Wait(absl::ZeroDuration()), -1) << "the cluster role exited during the outage";
 
   node.api().ClearFaults();
   EXPECT_TRUE(testing::Eventually(
-      [&] { return Sample(port, "dralens_cluster_stale_seconds") == 0; }, absl::Seconds(60)))
-      << Sample(port, "dralens_cluster_stale_seconds");
+      [&] { return testing::MetricSum(port, "dralens_cluster_stale_seconds") == 0; },
+      absl::Seconds(60)))
+      << testing::MetricSum(port, "dralens_cluster_stale_seconds");
   // In step again: a claim allocated after the outage shows up.
   node.AllocatedClaim("after", "gpu-3");
-  EXPECT_TRUE(testing::Eventually([&] { return Sample(port, gpus, {"state=\"allocated\""}) == 1; },
-                                  absl::Seconds(60)))
-      << Sample(port, gpus, {"state=\"allocated\""});
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return testing::MetricSum(port, gpus, {"state=\"allocated\""}) == 1; },
+      absl::Seconds(60)))
+      << testing::MetricSum(port, gpus, {"state=\"allocated\""});
   EXPECT_EQ(cluster.Stop(SIGTERM, absl::Seconds(15)), 0) << cluster.Output();
 }
 

@@ -42,25 +42,12 @@ std::vector<std::string> SetAside(const NodeHarness& node) {
   return out;
 }
 
-// The published name of a 1g.10gb placement of gpu-1.
-std::string Placement(NodeHarness& node) {
-  for (const nlohmann::json& slice : node.Slices()) {
-    for (const nlohmann::json& d : slice["spec"]["devices"]) {
-      const std::string name = d["name"];
-      if (absl::StartsWith(name, "gpu-1-mig-1g10gb-")) {
-        return name;
-      }
-    }
-  }
-  return "";
-}
-
 TEST(CheckpointLossTest, DynamicMigNodeRefusesUntilTheLeftoverSpecsAreDealtWith) {
   NodeHarness node;
   node.UseDeviceSource(
       {"--device-source=simulated", "--simulated-profile=dgx-h100", "--dynamic-mig"});
   node.Start();
-  const std::string device = Placement(node);
+  const std::string device = node.PublishedDevice("gpu-1-mig-1g10gb-");
   ASSERT_FALSE(device.empty());
   const NodeHarness::Claim c = node.AllocatedClaim("mig", device);
   ASSERT_EQ(node.Prepare(c), "") << node.process().Output();

@@ -41,23 +41,7 @@ class DynamicMigCrashTest : public ::testing::Test {
   }
 
   // The published name of the 1g.10gb placement at memory slice 0 of gpu-1.
-  std::string Placement() {
-    k8s::ListOptions options;
-    options.field_selector =
-        absl::StrCat("spec.nodeName=", NodeHarness::kNode, ",spec.driver=", NodeHarness::kDriver);
-    auto slices = node_.client().List(k8s::kResourceSlices, "", options);
-    EXPECT_TRUE(slices.ok()) << slices.status();
-    for (const nlohmann::json& slice :
-         slices.ok() ? slices->items : std::vector<nlohmann::json>{}) {
-      for (const nlohmann::json& d : slice["spec"]["devices"]) {
-        const std::string name = d["name"];
-        if (absl::StartsWith(name, "gpu-1-mig-1g10gb-") && absl::EndsWith(name, "-0")) {
-          return name;
-        }
-      }
-    }
-    return "";
-  }
+  std::string Placement() { return node_.PublishedDevice("gpu-1-mig-1g10gb-", "-0"); }
 
   // Whether /metrics says `device` is prepared (dralens_device_state{state="prepared"} 1).
   bool SeriesSaysPrepared(const std::string& device) {

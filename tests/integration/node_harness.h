@@ -39,6 +39,33 @@
 
 namespace dralens::testing {
 
+// The sum of the samples of `family` on the metrics endpoint at `port` whose label text
+// contains every one of `labels` (e.g. `kind="deleted"`); -1 when there is none (or no answer).
+inline double MetricSum(int port, const std::string& family,
+                        const std::vector<std::string>& labels = {}) {
+  httplib::Client c("127.0.0.1", port);
+  auto res = c.Get("/metrics");
+  if (!res || res->status != 200) {
+    return -1;
+  }
+  double sum = -1;
+  for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
+    if (line.empty() || line[0] == '#' || !absl::StartsWith(line, family) ||
+        (line.size() > family.size() && line[family.size()] != '{' && line[family.size()] != ' ')) {
+      continue;
+    }
+    bool match = true;
+    for (const std::string& l : labels) {
+      match = match && absl::StrContains(line, l);
+    }
+    double v = 0;
+    if (match && absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
+      sum = (sum < 0 ? 0 : sum) + v;
+    }
+  }
+  return sum;
+}
+
 class NodeHarness {
  public:
   static constexpr char kNode[] = "node-a";
@@ -161,28 +188,7 @@ class NodeHarness {
   // The sum of the samples of `family` whose label text contains every one of `labels`
   // (e.g. `kind="deleted"`); -1 when there is none.
   double Metric(const std::string& family, const std::vector<std::string>& labels = {}) {
-    httplib::Client c("127.0.0.1", metrics_port_);
-    auto res = c.Get("/metrics");
-    if (!res || res->status != 200) {
-      return -1;
-    }
-    double sum = -1;
-    for (absl::string_view line : absl::StrSplit(res->body, '\n')) {
-      if (line.empty() || line[0] == '#' || !absl::StartsWith(line, family) ||
-          (line.size() > family.size() && line[family.size()] != '{' &&
-           line[family.size()] != ' ')) {
-        continue;
-      }
-      bool match = true;
-      for (const std::string& l : labels) {
-        match = match && absl::StrContains(line, l);
-      }
-      double v = 0;
-      if (match && absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) {
-        sum = (sum < 0 ? 0 : sum) + v;
-      }
-    }
-    return sum;
+    return MetricSum(metrics_port_, family, labels);
   }
 
   // This node's slices of this driver, and their devices.
@@ -197,6 +203,19 @@ class NodeHarness {
       n += s["spec"].value("devices", nlohmann::json::array()).size();
     }
     return n;
+  }
+  // The first published device of this node whose name starts with `prefix` and ends with
+  // `suffix`; "" when there is none.
+  std::string PublishedDevice(const std::string& prefix, const std::string& suffix = "") {
+    for (const nlohmann::json& slice : Slices()) {
+      for (const nlohmann::json& d : slice["spec"].value("devices", nlohmann::json::array())) {
+        const std::string name = d.value("name", "");
+        if (absl::StartsWith(name, prefix) && absl::EndsWith(name, suffix)) {
+          return name;
+        }
+      }
+    }
+    return "";
   }
   // What a starting kubelet does to the node's slices.
   void Wipe() { ASSERT_TRUE(client_->DeleteCollection(k8s::kResourceSlices, "", Mine()).ok()); }
