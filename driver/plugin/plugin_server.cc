@@ -87,9 +87,15 @@ void RemoveSocket(const std::string& path) {
   }
 }
 
+// `max_streams` caps the calls one connection may have open at once (HTTP/2
+// SETTINGS_MAX_CONCURRENT_STREAMS); 0 leaves gRPC's default, unlimited.
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& path,
-                                                    const std::vector<grpc::Service*>& services) {
+                                                    const std::vector<grpc::Service*>& services,
+                                                    size_t max_streams = 0) {
   grpc::ServerBuilder builder;
+  if (max_streams > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(max_streams));
+  }
   builder.AddListeningPort(absl::StrCat("unix://", path), grpc::InsecureServerCredentials());
   for (grpc::Service* service : services) {
     builder.RegisterService(service);
@@ -180,7 +186,7 @@ absl::Status PluginServer::StartServers() {
     dra_services.push_back(options_.health->v1alpha1());
     dra_services.push_back(options_.health->v1());
   }
-  ASSIGN_OR_RETURN(dra_server_, Serve(dra_socket_path_, dra_services));
+  ASSIGN_OR_RETURN(dra_server_, Serve(dra_socket_path_, dra_services, options_.max_open_calls));
   ASSIGN_OR_RETURN(registration_server_, Serve(registration_socket_path_, {registration_.get()}));
   DLOG(kInfo, "plugin", "kubelet plugin serving",
        {{"driver", options_.driver_name},

@@ -48,6 +48,12 @@ struct PluginServerOptions {
   // Worker threads that run NodePrepareResources/NodeUnprepareResources; calls beyond them
   // wait in a queue (queued_dra_service.h), so a burst of calls costs no threads.
   size_t call_workers = 64;
+  // Calls the kubelet's connection may have open on dra.sock at once, queued and running
+  // together (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); the kubelet's gRPC client holds any
+  // more until one finishes. gRPC keeps about 13 kB per open call, so an unbounded burst of
+  // 1,000 pods starting together cost 13 MB; this bounds it. Leaves room for the kubelet's
+  // health stream. 0: unlimited.
+  size_t max_open_calls = 128;
   // Runs after each successful registration by the kubelet (see RegistrationServer); may be
   // empty. Must not block.
   std::function<void()> on_registered;

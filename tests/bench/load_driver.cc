@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string rss_idle = StatusField(node.pid(), "VmRSS");
+  const std::string file_idle = StatusField(node.pid(), "RssFile");
 
   // The claims, allocated as the scheduler would: consumable shares of the GPUs.
   std::vector<std::pair<std::string, std::string>> refs;  // name, uid
@@ -170,6 +171,7 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> scraping{true};
   std::atomic<int> scrape_errors{0};
+  std::atomic<size_t> largest_body{0};  // decompressed
   Latencies scrape;
   std::vector<std::thread> scraper_threads;
   for (int s = 0; s < scrapers; ++s) {
@@ -188,6 +190,10 @@ int main(int argc, char** argv) {
           ++scrape_errors;
         } else {
           scrape.Add(ms);
+          size_t seen = largest_body.load();
+          while (res->body.size() > seen &&
+                 !largest_body.compare_exchange_weak(seen, res->body.size())) {
+          }
         }
       }
     });
@@ -246,6 +252,7 @@ int main(int argc, char** argv) {
   phase(true, prepare, prepare_errors);
   const double prepare_wall = absl::ToDoubleSeconds(absl::Now() - start);
   const std::string rss_loaded = StatusField(node.pid(), "VmRSS");
+  const std::string anon_loaded = StatusField(node.pid(), "RssAnon");
   start = absl::Now();
   phase(false, unprepare, unprepare_errors);
   const double unprepare_wall = absl::ToDoubleSeconds(absl::Now() - start);
@@ -263,10 +270,12 @@ int main(int argc, char** argv) {
               prepare.Summary().c_str(), prepare_errors.load());
   std::printf("unprepare: %d concurrent calls in %.2f s: %s, errors %d\n", claims, unprepare_wall,
               unprepare.Summary().c_str(), unprepare_errors.load());
-  std::printf("scrape:    %d scrapers during both phases: %s, errors %d\n", scrapers,
-              scrape.Summary().c_str(), scrape_errors.load());
+  std::printf("scrape:    %d scrapers during both phases: %s, errors %d, largest body %zu kB\n",
+              scrapers, scrape.Summary().c_str(), scrape_errors.load(), largest_body.load() / 1024);
   std::printf("node RSS:  idle%s, with %d claims prepared%s, peak (VmHWM)%s; exit code %d\n",
               rss_idle.c_str(), claims, rss_loaded.c_str(), hwm.c_str(), exit_code);
+  std::printf("           of which mapped files (code) when idle%s, anonymous when prepared%s\n",
+              file_idle.c_str(), anon_loaded.c_str());
   return prepare_errors.load() + unprepare_errors.load() + scrape_errors.load() == 0 &&
                  exit_code == 0
              ? 0

@@ -447,6 +447,45 @@ TEST_F(PluginServerTest, CallsBeyondTheWorkersWaitInTheQueue) {
       [&] { return call_metrics_.queued->Value() == 0 && call_metrics_.running->Value() == 0; }));
 }
 
+// Beyond max_open_calls the surplus waits in the kubelet's own connection, not in the server:
+// at most that many calls are open (and cost memory) in the node at once, and every call is
+// still answered, the first burst on a fresh connection included.
+TEST_F(PluginServerTest, CallsBeyondTheOpenCallCapWaitInTheClientsConnection) {
+  options_.call_workers = 2;
+  options_.max_open_calls = 4;
+  StartServer();
+  handler_.Hold();
+  auto stub = dra_v1::DRAPlugin::NewStub(Channel(DraSock()));
+  constexpr int kCalls = 12;
+  std::vector<std::thread> threads;
+  std::vector<int> ok(kCalls, 0);
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&, i] {
+      dra_v1::NodePrepareResourcesRequest request;
+      const std::string uid = "uid-" + std::to_string(i);
+      AddClaim(request, uid);
+      dra_v1::NodePrepareResourcesResponse response;
+      auto context = std::make_unique<grpc::ClientContext>();
+      context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      ok[i] = stub->NodePrepareResources(context.get(), request, &response).ok() &&
+              response.claims().contains(uid) && response.claims().at(uid).error().empty();
+    });
+  }
+  EXPECT_TRUE(testing::Eventually(
+      [&] { return call_metrics_.queued->Value() == 2 && call_metrics_.running->Value() == 2; }));
+  for (int i = 0; i < 20; ++i) {  // the other 8 never reach the server while the 4 are open
+    EXPECT_LE(call_metrics_.queued->Value() + call_metrics_.running->Value(), 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(handler_.InPrepare(), 2);
+  handler_.Release();
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  EXPECT_THAT(ok, ::testing::Each(1));
+  EXPECT_THAT(handler_.PrepareCalls(), SizeIs(kCalls));
+}
+
 // Stopping with calls still queued answers each of them (CANCELLED or UNAVAILABLE once the
 // grace period is over) instead of hanging the kubelet or the node's shutdown.
 TEST_F(PluginServerTest, StopAnswersQueuedCalls) {
