@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DDRALENS_WARNINGS_AS_ERRORS=ON
 
 .PHONY: demo test deps configure build format check-format clean crash-loop bench load soak sanitize \
-	tsan fuzz fuzz-smoke generate chart-files chart-test image image-test scale
+	tsan fuzz fuzz-merge fuzz-smoke generate chart-files chart-test image image-test scale
 
 # Installs what is missing, builds the binary (not the tests), and starts the demo (Ctrl-C stops
 # it). DEMO_FLAGS passes flags through, e.g. make demo DEMO_FLAGS=--demo-nodes=4
@@ -55,16 +55,22 @@ tsan: deps
 	cd build-tsan && TSAN_OPTIONS="$(TSAN_OPTIONS_MAKE)" ctest --output-on-failure -j $(JOBS) --timeout 1800 -LE fuzz
 
 # libFuzzer targets (tests/fuzz) under clang with ASan and UBSan, in build-fuzz, each run for
-# FUZZ_SECONDS, one at a time; FUZZ_TARGETS picks some (e.g. FUZZ_TARGETS="cel quantity").
-# Crashing inputs land in build-fuzz/fuzz/artifacts/.
+# FUZZ_SECONDS, one at a time (or FUZZ_RUNS executions, e.g. FUZZ_RUNS=10000000
+# FUZZ_SECONDS=0); FUZZ_TARGETS picks some (e.g. FUZZ_TARGETS="cel quantity"). Crashing inputs
+# land in build-fuzz/fuzz/artifacts/. `make fuzz-merge` then folds what the runs found into
+# tests/fuzz/corpus/, minimised.
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?=
 FUZZ_TARGETS ?=
 fuzz:
 	./.ci/install-deps fuzz
 	CC=clang CXX=clang++ cmake -B build-fuzz -S . -G Ninja $(CMAKE_FLAGS) -DDRALENS_FUZZ=ON \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build build-fuzz -j $(JOBS) --target fuzzers
-	tests/fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	FUZZ_RUNS=$(FUZZ_RUNS) tests/fuzz/run_fuzzers.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-merge:
+	tests/fuzz/merge_corpus.sh build-fuzz $(FUZZ_TARGETS)
 
 deps:
 	./.ci/install-deps all
