@@ -4,7 +4,7 @@
 #include <optional>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -43,6 +43,30 @@ bool WentBackwards(const std::string& last, const std::string& next) {
     return false;
   }
   return b < a;
+}
+
+// What a hash-only informer compares to tell a changed object from an unchanged one: its uid and
+// resourceVersion, hashed. The API server changes the version on every write to the object, and
+// the uid tells a re-created object apart even where a server that lost its storage hands out
+// the same versions again. Equal pairs mean equal objects without walking the tree, which cost
+// about a sixth of what parsing and decoding a 4.8 kB pod does. An object without a version
+// falls back to its content.
+uint64_t VersionHash(const nlohmann::json& object) {
+  if (object.is_object()) {
+    auto metadata = object.find("metadata");
+    if (metadata != object.end() && metadata->is_object()) {
+      auto rv = metadata->find("resourceVersion");
+      if (rv != metadata->end() && rv->is_string() && !rv->get_ref<const std::string&>().empty()) {
+        auto uid = metadata->find("uid");
+        absl::string_view uid_text;
+        if (uid != metadata->end() && uid->is_string()) {
+          uid_text = uid->get_ref<const std::string&>();
+        }
+        return absl::HashOf(uid_text, absl::string_view(rv->get_ref<const std::string&>()));
+      }
+    }
+  }
+  return std::hash<nlohmann::json>{}(object);
 }
 
 }  // namespace
@@ -126,7 +150,7 @@ std::string Informer::LastResourceVersion() const {
 
 void Informer::ApplyHashed(const WatchEvent& event, const std::string& key, const std::string& rv) {
   const bool deleted = event.type == WatchEventType::kDeleted;
-  const uint64_t hash = deleted ? 0 : std::hash<nlohmann::json>{}(event.object);
+  const uint64_t version = deleted ? 0 : VersionHash(event.object);
   bool known = false;
   {
     absl::MutexLock lock(&mu_);
@@ -137,9 +161,9 @@ void Informer::ApplyHashed(const WatchEvent& event, const std::string& key, cons
         hashes_.erase(it);
       }
     } else if (known) {
-      it->second = hash;
+      it->second.version = version;
     } else {
-      hashes_.emplace(key, hash);
+      hashes_.emplace(key, Seen{version, list_generation_});
     }
     resource_version_ = rv;
   }
@@ -306,7 +330,13 @@ absl::Status Informer::ListAndReconcile() {
 }
 
 absl::Status Informer::ListPageByPage() {
-  absl::flat_hash_set<std::string> listed;
+  // Each entry remembers the list that last saw it, so what this list did not return is found
+  // without a second set of every key.
+  uint32_t generation = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    generation = ++list_generation_;
+  }
   int64_t added = 0;
   int64_t updated = 0;
   absl::StatusOr<std::string> version =
@@ -319,17 +349,17 @@ absl::Status Informer::ListPageByPage() {
                            {{"resource", type_.plural}});
                       continue;
                     }
-                    const uint64_t hash = std::hash<nlohmann::json>{}(item);
+                    const uint64_t item_version = VersionHash(item);
                     bool is_new = false;
                     bool changed = false;
                     {
                       absl::MutexLock lock(&mu_);
-                      auto [it, inserted] = hashes_.try_emplace(key, hash);
+                      auto [it, inserted] =
+                          hashes_.try_emplace(std::move(key), Seen{item_version, generation});
                       is_new = inserted;
-                      changed = !inserted && it->second != hash;
-                      it->second = hash;
+                      changed = !inserted && it->second.version != item_version;
+                      it->second = Seen{item_version, generation};
                     }
-                    listed.insert(std::move(key));
                     if (is_new && handlers_.on_add) {
                       ++added;
                       handlers_.on_add(item);
@@ -349,7 +379,7 @@ absl::Status Informer::ListPageByPage() {
   {
     absl::MutexLock lock(&mu_);
     for (auto it = hashes_.begin(); it != hashes_.end();) {
-      if (!listed.contains(it->first)) {
+      if (it->second.generation != generation) {
         vanished.push_back(it->first);
         hashes_.erase(it++);
       } else {

@@ -56,8 +56,9 @@ struct InformerOptions {
   // Restart counters; nullptr disables them. Not owned.
   const KubeRequestMetrics* metrics = nullptr;
   // True: the cache keeps every object, and Get/List serve them. False: it keeps each object's
-  // key and a hash of its content only (about 60 bytes an object instead of about eight times
-  // its JSON), for consumers that hold their own compact state. Then Get() returns nullptr,
+  // key and a hash of its resourceVersion only (about 60 bytes an object instead of about eight
+  // times its JSON), for consumers that hold their own compact state; a relist tells the
+  // handlers about an object only when its resourceVersion changed. Then Get() returns nullptr,
   // List() nothing, on_update's old_object is null, and a list hands each page to the handlers
   // as it arrives, so that no more than a page of objects is ever held; objects that vanished
   // are deleted after the last page, with a stub that holds only metadata.name and namespace.
@@ -136,8 +137,14 @@ class Informer {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, ObjectPtr> cache_ ABSL_GUARDED_BY(mu_);
-  // Without keep_objects: key -> hash of the object's content.
-  absl::flat_hash_map<std::string, uint64_t> hashes_ ABSL_GUARDED_BY(mu_);
+  // Without keep_objects: key -> the hash of the object's resourceVersion (of its content when it
+  // has none), and the number of the list that last returned it.
+  struct Seen {
+    uint64_t version = 0;
+    uint32_t generation = 0;
+  };
+  absl::flat_hash_map<std::string, Seen> hashes_ ABSL_GUARDED_BY(mu_);
+  uint32_t list_generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::string resource_version_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Time> stale_since_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;

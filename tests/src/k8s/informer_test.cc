@@ -42,11 +42,13 @@ nlohmann::json Pod(const std::string& name) {
           {"spec", {{"containers", {{{"name", "c"}, {"image", "busybox"}}}}}}};
 }
 
-// key -> resourceVersion
+// key -> "uid@resourceVersion": an object deleted and created again under its old version (by a
+// server that lost its storage) is still a different object.
 using State = std::map<std::string, std::string>;
 
 std::string Rv(const nlohmann::json& object) {
-  return object["metadata"].value("resourceVersion", "");
+  return object["metadata"].value("uid", "") + "@" +
+         object["metadata"].value("resourceVersion", "");
 }
 
 // The informer's handler calls applied to a map: what a consumer of the callbacks believes.
@@ -514,6 +516,51 @@ TEST_F(InformerTest, HashesOnlyKeepsNoObjectsAndReportsOnlyChanges) {
   ExpectConverged();
   EXPECT_EQ(mirror_.updates(), updates);
   EXPECT_EQ(mirror_.deletes(), 0);
+}
+
+// A server that lost its storage hands out the same resourceVersions again; an object created
+// anew under a version its predecessor had must still reach the handlers after the relist.
+TEST_F(InformerTest, HashesOnlyReportsAnObjectCreatedAgainUnderAnOldVersion) {
+  keep_objects_ = false;
+  Create("a", "red");
+  const std::string old_rv = client_->Get(kNodes, "", "a")->at("metadata").at("resourceVersion");
+  absl::Mutex mu;
+  std::map<std::string, std::string> colors;  // what the handlers were told
+  auto record = [&](const nlohmann::json& o) {
+    absl::MutexLock lock(&mu);
+    colors[ObjectKey(o)] = o["metadata"]["labels"].value("color", "");
+  };
+  InformerOptions options;
+  options.keep_objects = false;
+  options.initial_backoff = absl::Milliseconds(10);
+  options.max_backoff = absl::Milliseconds(200);
+  informer_ = std::make_unique<Informer>(*client_, kNodes, options);
+  InformerHandlers handlers;
+  handlers.on_add = record;
+  handlers.on_update = [&](const nlohmann::json&, const nlohmann::json& o) { record(o); };
+  informer_->SetHandlers(handlers);
+  informer_->Start();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+
+  const int port = server_->port();
+  server_->Stop();
+  server_.reset();
+  StartServer(port);  // empty storage: versions start over
+  // Kept from listing until "a" exists again, so that the relist finds it under the old version.
+  Inject(FaultRule::Kind::kStatus, "list", -1);
+  Inject(FaultRule::Kind::kStatus, "watch", -1);
+  Create("a", "blue");
+  ASSERT_EQ(client_->Get(kNodes, "", "a")->at("metadata").at("resourceVersion"), old_rv)
+      << "the fresh server should reuse the version for this test to mean anything";
+  server_->ClearFaults();
+  const absl::Time deadline = absl::Now() + kDeadline;
+  std::string seen;
+  while (seen != "blue" && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    absl::MutexLock lock(&mu);
+    seen = colors["a"];
+  }
+  EXPECT_EQ(seen, "blue");
 }
 
 TEST_F(InformerTest, HashesOnlyDeletesVanishedObjectsWithTheirNamespace) {
