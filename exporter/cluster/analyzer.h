@@ -29,6 +29,7 @@
 // keeps, and the files that implement it by concern, are in analyzer_state.h.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -107,7 +108,7 @@ class Analyzer {
   // The per-object series that live outside the registry given to the constructor
   // (dralens_cluster_pending_claim_age_seconds); the metrics server collects them beside it.
   std::shared_ptr<const ObjectSeries> ObjectSeriesCollectable() const { return pending_ages_; }
-  // The per-node families (dralens_cluster_gpus, _stranded_*, _pool_devices, _mig_placeable),
+  // The per-node families (dralens_cluster_gpus, _stranded_*, _mig_placeable),
   // rendered as text beside the registry; also a Collectable for code that reads families.
   std::shared_ptr<const telemetry::TextFamilies> TextSeries() const { return text_series_; }
 
@@ -185,6 +186,11 @@ class Analyzer {
   void Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputeNode(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputePlaceable(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the fleet totals of dralens_cluster_pool_devices from a node's old counts to its new.
+  void UpdatePoolTotals(
+      const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& before,
+      const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The physical GPUs of a node, in GPU-equivalents by state and stranded kind.
   GpuTally TallyGpus(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The holders of a device and the share of it each holds (summing to at most 1).
@@ -200,9 +206,10 @@ class Analyzer {
   const std::shared_ptr<ObjectSeries> pending_ages_;  // one series per pending claim
   prometheus::Family<prometheus::Histogram>& allocation_latency_;
   prometheus::Family<prometheus::Counter>& transitions_;
+  // Fleet-wide, not per node: a series per (driver, class, product, state).
+  prometheus::Family<prometheus::Gauge>& pool_devices_;
   // The per-node families, a series per node and label set: kept as text (TextFamily).
   const std::shared_ptr<telemetry::TextFamilies> text_series_;
-  telemetry::TextFamily<prometheus::Gauge>& pool_devices_;
   telemetry::TextFamily<prometheus::Gauge>& gpus_;
   telemetry::TextFamily<prometheus::Gauge>& stranded_gpus_;
   telemetry::TextFamily<prometheus::Counter>& stranded_seconds_;
@@ -263,6 +270,12 @@ class Analyzer {
   std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> pending_counts_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> latency_ ABSL_GUARDED_BY(mu_);
+  // dralens_cluster_pool_devices: (driver, class, product) -> devices and series by PoolState.
+  struct PoolTotal {
+    std::array<int64_t, kPoolStates> devices = {};
+    std::array<prometheus::Gauge*, kPoolStates> gauges = {};
+  };
+  std::map<std::vector<std::string>, PoolTotal> pool_totals_ ABSL_GUARDED_BY(mu_);
   std::map<Transition, prometheus::Counter*> transition_counters_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::unique_ptr<NodeAggregate>> node_aggregates_
       ABSL_GUARDED_BY(mu_);

@@ -297,7 +297,7 @@ void Analyzer::RecomputeNode(const std::string& node) {
     slot = std::make_unique<NodeAggregate>();
   }
   NodeAggregate& agg = *slot;
-  std::map<std::vector<std::string>, int> pool;
+  std::map<std::vector<std::string>, std::array<int, kPoolStates>> pool;
   static const std::vector<std::string> kNoClass = {""};
   if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
     for (const Key& key : devs->second) {
@@ -309,38 +309,17 @@ void Analyzer::RecomputeNode(const std::string& node) {
                         : (allocated || blocked) ? PoolState::kAllocated
                                                  : PoolState::kFree;
       for (const std::string& c : classes) {
-        ++pool[{d.driver, c, d.product, std::string(ToString(state))}];
+        ++pool[{d.driver, c, d.product}][static_cast<int>(state)];
       }
     }
   }
+  UpdatePoolTotals(agg.pool, pool);
+  agg.pool = std::move(pool);
   // Series that went to zero stay at zero while the node publishes devices, and are dropped
   // with its last device: prometheus-cpp's Family::Remove scans the whole family, too slow for
   // every allocation of a large fleet.
   auto devs = node_devices_.find(node);
   const bool has_devices = devs != node_devices_.end() && !devs->second.empty();
-  for (auto it = agg.pool_gauges.begin(); it != agg.pool_gauges.end();) {
-    if (pool.count(it->first) > 0) {
-      ++it;
-    } else if (has_devices) {
-      it->second->Set(0);
-      ++it;
-    } else {
-      pool_devices_.Remove(it->second);
-      it = agg.pool_gauges.erase(it);
-    }
-  }
-  for (const auto& [labels, count] : pool) {
-    prometheus::Gauge*& g = agg.pool_gauges[labels];
-    if (g == nullptr) {
-      g = &pool_devices_.Add({{"node", node},
-                              {"driver", labels[0]},
-                              {"device_class", labels[1]},
-                              {"product", labels[2]},
-                              {"state", labels[3]}});
-    }
-    g->Set(count);
-  }
-  agg.pool = std::move(pool);
 
   GpuTally tally = TallyGpus(node);
   for (auto it = agg.gpu_gauges.begin(); it != agg.gpu_gauges.end();) {
@@ -391,6 +370,54 @@ void Analyzer::RecomputeNode(const std::string& node) {
     agg.stranded.insert(labels);
   }
   RecomputePlaceable(node);
+}
+
+void Analyzer::UpdatePoolTotals(
+    const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& before,
+    const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& after) {
+  std::set<const std::vector<std::string>*> touched;
+  for (const auto& [labels, counts] : before) {
+    PoolTotal& total = pool_totals_[labels];
+    for (int s = 0; s < kPoolStates; ++s) {
+      total.devices[s] -= counts[s];
+    }
+    touched.insert(&pool_totals_.find(labels)->first);
+  }
+  for (const auto& [labels, counts] : after) {
+    PoolTotal& total = pool_totals_[labels];
+    for (int s = 0; s < kPoolStates; ++s) {
+      total.devices[s] += counts[s];
+    }
+    touched.insert(&pool_totals_.find(labels)->first);
+  }
+  // A (driver, class, product) that any node publishes has all three states, zeros included, so
+  // that "no free device of this class" reads as 0, not as a missing series; it goes when the
+  // last of its devices does. The family holds a few series per class, so removing is cheap.
+  for (const std::vector<std::string>* labels : touched) {
+    auto it = pool_totals_.find(*labels);
+    PoolTotal& total = it->second;
+    const bool any =
+        std::any_of(total.devices.begin(), total.devices.end(), [](int64_t n) { return n != 0; });
+    for (int s = 0; s < kPoolStates; ++s) {
+      if (!any) {
+        if (total.gauges[s] != nullptr) {
+          pool_devices_.Remove(total.gauges[s]);
+        }
+        continue;
+      }
+      if (total.gauges[s] == nullptr) {
+        total.gauges[s] =
+            &pool_devices_.Add({{"driver", (*labels)[0]},
+                                {"device_class", (*labels)[1]},
+                                {"product", (*labels)[2]},
+                                {"state", std::string(ToString(static_cast<PoolState>(s)))}});
+      }
+      total.gauges[s]->Set(static_cast<double>(total.devices[s]));
+    }
+    if (!any) {
+      pool_totals_.erase(it);
+    }
+  }
 }
 
 void Analyzer::RecomputePlaceable(const std::string& node) {

@@ -8,6 +8,7 @@
 //   analyzer_gpus.cc       the derived series: physical GPUs, stranded capacity, MIG placement
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -117,8 +118,9 @@ struct Analyzer::Series {
 };
 
 struct Analyzer::NodeAggregate {
-  std::map<std::vector<std::string>, int> pool;  // driver, class, product, state
-  std::map<std::vector<std::string>, prometheus::Gauge*> pool_gauges;
+  // What the node adds to dralens_cluster_pool_devices: devices by (driver, class, product),
+  // indexed by PoolState.
+  std::map<std::vector<std::string>, std::array<int, kPoolStates>> pool;
   std::map<std::vector<std::string>, prometheus::Gauge*> gpu_gauges;  // driver, product, state
   std::set<std::vector<std::string>> stranded;                        // kind, product, class
   std::map<std::vector<std::string>, prometheus::Gauge*> placeable;   // gpu, profile

@@ -23,6 +23,7 @@ absl::string_view ToString(PendingReason reason);
 // dralens_cluster_pool_devices{state}. A device whose shared counters are used up by other
 // allocations is counted as allocated.
 enum class PoolState { kFree, kAllocated, kTainted };
+inline constexpr int kPoolStates = 3;
 absl::string_view ToString(PoolState state);
 
 // dralens_cluster_gpus{state}: unavailable (tainted NoSchedule/NoExecute, or its Node is

@@ -388,12 +388,12 @@ std::vector<MetricSpec> BuildCatalog() {
        "currency."},
       {"dralens_cluster_pool_devices",
        K::kGauge,
-       {"node", "driver", "device_class", "product", "state"},
+       {"driver", "device_class", "product", "state"},
        "cluster",
-       "Published devices (not GPUs) that match each DeviceClass, by node, driver, product and "
-       "state (free, allocated, tainted): how many devices a request of the class could still "
-       "get. A device counts once per class it matches and every MIG placement counts as a "
-       "device, so sums over classes or nodes are not capacity: use dralens_cluster_gpus."},
+       "Published devices (not GPUs) that match each DeviceClass across the fleet, by driver, "
+       "product and state (free, allocated, tainted): how many devices a request of the class "
+       "could still get. A device counts once per class it matches and every MIG placement "
+       "counts as a device, so sums over classes are not capacity: use dralens_cluster_gpus."},
       {"dralens_cluster_mig_placeable",
        K::kGauge,
        {"node", "gpu", "profile"},

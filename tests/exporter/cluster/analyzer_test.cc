@@ -180,6 +180,39 @@ TEST_F(ScenarioTest, ADeviceNameTakenOverByAnotherSliceLeavesNoConsumerBehind) {
       << " " << Get("dralens_cluster_mig_placeable", one_g) << " (was " << placeable << ")";
 }
 
+// The fleet-wide pool series of a (class, product) live while some node publishes such a device:
+// a second node's H100s add to the first's, and when the last H100 slice goes, so do the series.
+TEST_F(ScenarioTest, PoolDevicesAddUpAcrossNodesAndGoWithTheLastDevice) {
+  Create(k8s::kDeviceClasses, "",
+         Class("gpu", "device.attributes['gpu.dralens.dev'].type == 'gpu'"));
+  Create(k8s::kNodes, "", Node("node-a", true));
+  Create(k8s::kNodes, "", Node("node-b", true));
+  Create(k8s::kResourceSlices, "",
+         Slice("node-a", {{"gpu-0", "gpu", "H100", "GPU-a0", "", "", 0, false},
+                          {"gpu-1", "gpu", "H100", "GPU-a1", "", "", 0, /*tainted=*/true}}));
+  Create(k8s::kResourceSlices, "",
+         Slice("node-b", {{"gpu-0", "gpu", "H100", "GPU-b0", "", "", 0, false},
+                          {"gpu-1", "gpu", "A100", "GPU-b1", "", "", 0, false}}));
+  StartInformers();
+  auto pool = [&](const std::string& product, const std::string& state) {
+    return Get("dralens_cluster_pool_devices", {{"driver", testing::kDriver},
+                                                {"device_class", "gpu"},
+                                                {"product", product},
+                                                {"state", state}});
+  };
+  ASSERT_TRUE(Eventually([&] { return pool("H100", "free") == 2 && pool("A100", "free") == 1; }));
+  EXPECT_EQ(pool("H100", "tainted"), 1);
+  EXPECT_EQ(pool("H100", "allocated"), 0);
+
+  ASSERT_TRUE(client_->Delete(k8s::kResourceSlices, "", "node-a-gpus", k8s::DeleteOptions()).ok());
+  ASSERT_TRUE(Eventually([&] { return pool("H100", "free") == 1; }));
+  EXPECT_EQ(pool("H100", "tainted"), 0);  // still published by node-b: a zero, not a gap
+  ASSERT_TRUE(client_->Delete(k8s::kResourceSlices, "", "node-b-gpus", k8s::DeleteOptions()).ok());
+  ASSERT_TRUE(Eventually([&] { return pool("H100", "free") == -1; }));
+  EXPECT_EQ(pool("H100", "tainted"), -1);
+  EXPECT_EQ(pool("A100", "free"), -1);
+}
+
 TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
   Create(k8s::kDeviceClasses, "",
          Class("gpu", "device.attributes['gpu.dralens.dev'].type == 'gpu'"));
@@ -266,22 +299,28 @@ TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
                 {{"namespace", "team"}, {"claim", "nocap"}, {"reason", "no_capacity"}}),
             0);
 
-  // Pool capacity.
-  auto pool = [&](const std::string& node, const std::string& cls, const std::string& product,
-                  const std::string& state) {
-    return Get("dralens_cluster_pool_devices", {{"node", node},
-                                                {"driver", testing::kDriver},
+  // Pool capacity, fleet-wide: published devices per class, product and state. Every state of a
+  // published (class, product) has a series, zeros included; node-c being NotReady does not
+  // change what it publishes.
+  auto pool = [&](const std::string& cls, const std::string& product, const std::string& state) {
+    return Get("dralens_cluster_pool_devices", {{"driver", testing::kDriver},
                                                 {"device_class", cls},
                                                 {"product", product},
                                                 {"state", state}});
   };
-  EXPECT_EQ(pool("node-a", "gpu", "H100", "free"), 1);
-  EXPECT_EQ(pool("node-a", "gpu", "H100", "allocated"), 1);
-  EXPECT_EQ(pool("node-a", "gpu", "H100", "tainted"), 1);
-  // The full GPU needs 7 slices; mig-3g-0 holds 3 of them.
-  EXPECT_EQ(pool("node-b", "gpu", "A100", "allocated"), 1);
-  EXPECT_EQ(pool("node-b", "mig", "A100", "allocated"), 1);
-  EXPECT_EQ(pool("node-b", "mig", "A100", "free"), 2);
+  EXPECT_EQ(pool("gpu", "H100", "free"), 1);
+  EXPECT_EQ(pool("gpu", "H100", "allocated"), 1);
+  EXPECT_EQ(pool("gpu", "H100", "tainted"), 1);
+  // The full GPU needs 7 slices; mig-3g-0 holds 3 of them. node-c's A100 is free.
+  EXPECT_EQ(pool("gpu", "A100", "allocated"), 1);
+  EXPECT_EQ(pool("gpu", "A100", "free"), 1);
+  EXPECT_EQ(pool("gpu", "A100", "tainted"), 0);
+  EXPECT_EQ(pool("mig", "A100", "allocated"), 1);
+  EXPECT_EQ(pool("mig", "A100", "free"), 2);
+  EXPECT_EQ(pool("mig", "A100", "tainted"), 0);
+  EXPECT_EQ(pool("mig", "H100", "free"), -1);  // no such device: no series
+  // No series per node: the family grows with classes and products, not with the fleet.
+  EXPECT_EQ(Get("dralens_cluster_pool_devices", {{"node", "node-a"}}), -1);
 
   // MIG placeable with 4 of 7 slices left: no full GPU, one more 3g, and (alone) one 1g.
   auto placeable = [&](const std::string& profile) {

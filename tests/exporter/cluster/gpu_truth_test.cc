@@ -601,6 +601,18 @@ TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
   for (const auto& [key, value] : got) {
     EXPECT_EQ(want.count(key), 1u) << "extra " << key << " = " << value;
   }
+  // The fleet-wide pool family keeps zeros only for what is published: the same series, zeros
+  // included, as a derivation from scratch.
+  std::map<std::map<std::string, std::string>, double> want_pool, got_pool;
+  for (const Sample& s :
+       Collect(testing::Exported(fresh_registry, fresh), "dralens_cluster_pool_devices")) {
+    want_pool[s.labels] = s.value;
+  }
+  for (const Sample& s :
+       Collect(testing::Exported(registry, live), "dralens_cluster_pool_devices")) {
+    got_pool[s.labels] = s.value;
+  }
+  EXPECT_EQ(got_pool, want_pool);
 }
 
 INSTANTIATE_TEST_SUITE_P(RandomChanges, GpuTruthChangeTest, ::testing::Range(1u, 41u));
