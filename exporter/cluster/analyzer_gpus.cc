@@ -315,9 +315,8 @@ void Analyzer::RecomputeNode(const std::string& node) {
   }
   UpdatePoolTotals(agg.pool, pool);
   agg.pool = std::move(pool);
-  // Series that went to zero stay at zero while the node publishes devices, and are dropped
-  // with its last device: prometheus-cpp's Family::Remove scans the whole family, too slow for
-  // every allocation of a large fleet.
+  // The node's series that went to zero stay at zero while it publishes devices (a state with
+  // no GPU reads 0, not a gap), and go with its last device.
   auto devs = node_devices_.find(node);
   const bool has_devices = devs != node_devices_.end() && !devs->second.empty();
 

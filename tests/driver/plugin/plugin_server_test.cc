@@ -103,6 +103,25 @@ class PluginServerTest : public ::testing::Test {
     return grpc::CreateChannel("unix://" + path, grpc::InsecureChannelCredentials());
   }
 
+  // One NodePrepareResources call per element of `ok`, all at once, each on its own thread and
+  // for its own claim uid-<i>; ok[i] becomes 1 when call i answered OK for its claim, no error.
+  std::vector<std::thread> PrepareAtOnce(dra_v1::DRAPlugin::Stub& stub, std::vector<int>& ok) {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < ok.size(); ++i) {
+      threads.emplace_back([&stub, &ok, i] {
+        dra_v1::NodePrepareResourcesRequest request;
+        const std::string uid = "uid-" + std::to_string(i);
+        AddClaim(request, uid);
+        dra_v1::NodePrepareResourcesResponse response;
+        auto context = std::make_unique<grpc::ClientContext>();
+        context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        ok[i] = stub.NodePrepareResources(context.get(), request, &response).ok() &&
+                response.claims().contains(uid) && response.claims().at(uid).error().empty();
+      });
+    }
+    return threads;
+  }
+
   fs::path root_;
   PluginServerOptions options_;
   CallTelemetry Telemetry() { return CallTelemetry{.metrics = call_metrics_, .tracer = tracer_}; }
@@ -419,20 +438,8 @@ TEST_F(PluginServerTest, CallsBeyondTheWorkersWaitInTheQueue) {
   handler_.Hold();
   auto stub = dra_v1::DRAPlugin::NewStub(Channel(DraSock()));
   constexpr int kCalls = 10;
-  std::vector<std::thread> threads;
   std::vector<int> ok(kCalls, 0);
-  for (int i = 0; i < kCalls; ++i) {
-    threads.emplace_back([&, i] {
-      dra_v1::NodePrepareResourcesRequest request;
-      const std::string uid = "uid-" + std::to_string(i);
-      AddClaim(request, uid);
-      dra_v1::NodePrepareResourcesResponse response;
-      auto context = std::make_unique<grpc::ClientContext>();
-      context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-      ok[i] = stub->NodePrepareResources(context.get(), request, &response).ok() &&
-              response.claims().contains(uid) && response.claims().at(uid).error().empty();
-    });
-  }
+  std::vector<std::thread> threads = PrepareAtOnce(*stub, ok);
   EXPECT_TRUE(testing::Eventually([&] {
     return call_metrics_.queued->Value() == kCalls - 2 && call_metrics_.running->Value() == 2;
   }));
@@ -457,20 +464,8 @@ TEST_F(PluginServerTest, CallsBeyondTheOpenCallCapWaitInTheClientsConnection) {
   handler_.Hold();
   auto stub = dra_v1::DRAPlugin::NewStub(Channel(DraSock()));
   constexpr int kCalls = 12;
-  std::vector<std::thread> threads;
   std::vector<int> ok(kCalls, 0);
-  for (int i = 0; i < kCalls; ++i) {
-    threads.emplace_back([&, i] {
-      dra_v1::NodePrepareResourcesRequest request;
-      const std::string uid = "uid-" + std::to_string(i);
-      AddClaim(request, uid);
-      dra_v1::NodePrepareResourcesResponse response;
-      auto context = std::make_unique<grpc::ClientContext>();
-      context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-      ok[i] = stub->NodePrepareResources(context.get(), request, &response).ok() &&
-              response.claims().contains(uid) && response.claims().at(uid).error().empty();
-    });
-  }
+  std::vector<std::thread> threads = PrepareAtOnce(*stub, ok);
   EXPECT_TRUE(testing::Eventually(
       [&] { return call_metrics_.queued->Value() == 2 && call_metrics_.running->Value() == 2; }));
   for (int i = 0; i < 20; ++i) {  // the other 8 never reach the server while the 4 are open
