@@ -1,7 +1,0 @@
-
-
-defaultafirst
-
-defaultbb
-
-defaultasecond
