@@ -1,9 +1,10 @@
 // DeviceSource: one GPU backend (NVML on real nodes, a simulated profile in the demo and in
-// tests) offering its four capabilities. Components depend on the capability they use:
+// tests) offering its five capabilities. Components depend on the capability they use:
 //   GpuDiscovery      (gpu_discovery.h)       the inventory: slices, health, the MIG manager;
 //   MigControl        (mig_control.h)         MIG instances and MIG mode: dynamic MIG;
 //   TimeSliceControl  (time_slice_control.h)  time-slicing: sharing;
-//   HealthEventSource (health_events.h)       Xids and lost GPUs: the health monitor.
+//   HealthEventSource (health_events.h)       Xids and lost GPUs: the health monitor;
+//   UsageSource       (usage_source.h)        utilisation and memory used: the usage sampler.
 #pragma once
 
 #include <memory>
@@ -15,6 +16,7 @@
 #include "driver/discovery/health_events.h"
 #include "driver/discovery/mig_control.h"
 #include "driver/discovery/time_slice_control.h"
+#include "driver/discovery/usage_source.h"
 #include "prometheus/registry.h"
 
 namespace dralens::driver::discovery {
@@ -23,7 +25,8 @@ namespace dralens::driver::discovery {
 class DeviceSource : public GpuDiscovery,
                      public MigControl,
                      public TimeSliceControl,
-                     public HealthEventSource {
+                     public HealthEventSource,
+                     public UsageSource {
  public:
   ~DeviceSource() override = default;
 };

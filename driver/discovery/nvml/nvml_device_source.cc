@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<NvmlDeviceSource>> NvmlDeviceSource::Create(
 }
 
 NvmlDeviceSource::~NvmlDeviceSource() {
+  FreeGpmSamples();
   {
     absl::MutexLock lock(&mu_);
     if (event_set_ != nullptr) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,8 @@ class NvmlDeviceSource : public DeviceSource {
   absl::Status SetTimeSlice(absl::string_view gpu_uuid, TimeSlice interval) override;
   // HealthEventSource
   absl::StatusOr<std::optional<HealthEvent>> WaitForEvent(absl::Duration timeout) override;
+  // UsageSource (nvml_usage.cc)
+  absl::StatusOr<std::vector<DeviceUsage>> SampleUsage() override;
 
  private:
   NvmlDeviceSource(NvmlOptions options, std::unique_ptr<nvml::NvmlLibrary> library);
@@ -103,6 +106,14 @@ class NvmlDeviceSource : public DeviceSource {
   void DropEventSet(absl::string_view why) ABSL_LOCKS_EXCLUDED(mu_);
   // What the event set's data means as a health event; nullopt for none.
   std::optional<HealthEvent> Translate(const nvml::nvmlEventData_t& data);
+  // Whether the GPU answers GPM queries (and the library has the GPM functions).
+  bool GpmSupported(nvml::nvmlDevice_t device) const;
+  // Takes a GPM sample of the MIG device's GPU instance and returns its graphics-engine activity
+  // since the previous one (0..1); nullopt on the first sample or a failure.
+  std::optional<double> GpmActivity(nvml::nvmlDevice_t parent, unsigned int gi_id,
+                                    const std::string& mig_uuid)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(usage_mu_);
+  void FreeGpmSamples() ABSL_LOCKS_EXCLUDED(usage_mu_);
 
   const NvmlOptions options_;
   std::unique_ptr<nvml::NvmlLibrary> library_;
@@ -115,6 +126,10 @@ class NvmlDeviceSource : public DeviceSource {
   bool event_set_stale_ ABSL_GUARDED_BY(mu_) = false;
   // kUnmonitored events of the current set, not yet returned by WaitForEvent.
   std::deque<HealthEvent> pending_events_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex usage_mu_;  // one SampleUsage at a time
+  // The previous GPM sample of each MIG device, by MIG UUID.
+  std::map<std::string, nvml::nvmlGpmSample_t> gpm_samples_ ABSL_GUARDED_BY(usage_mu_);
 };
 
 }  // namespace dralens::driver::discovery

@@ -79,6 +79,12 @@ std::vector<Symbol> SymbolTable(NvmlApi& a) {
       {"nvmlDeviceRegisterEvents", nullptr, Slot(&a.DeviceRegisterEvents), false},
       {"nvmlEventSetWait_v2", nullptr, Slot(&a.EventSetWait), false},
       {"nvmlEventSetFree", nullptr, Slot(&a.EventSetFree), false},
+      {"nvmlDeviceGetUtilizationRates", nullptr, Slot(&a.DeviceGetUtilizationRates), true},
+      {"nvmlGpmQueryDeviceSupport", nullptr, Slot(&a.GpmQueryDeviceSupport), true},
+      {"nvmlGpmSampleAlloc", nullptr, Slot(&a.GpmSampleAlloc), true},
+      {"nvmlGpmSampleFree", nullptr, Slot(&a.GpmSampleFree), true},
+      {"nvmlGpmMigSampleGet", nullptr, Slot(&a.GpmMigSampleGet), true},
+      {"nvmlGpmMetricsGet", nullptr, Slot(&a.GpmMetricsGet), true},
   };
 }
 

@@ -83,6 +83,16 @@ struct NvmlApi {
   nvmlReturn_t (*EventSetWait)(nvmlEventSet_t set, nvmlEventData_t* data,
                                unsigned int timeout_ms) = nullptr;
   nvmlReturn_t (*EventSetFree)(nvmlEventSet_t set) = nullptr;
+  // Usage sampling. Optional: null means "not supported" (GPM needs R520+).
+  nvmlReturn_t (*DeviceGetUtilizationRates)(nvmlDevice_t device,
+                                            nvmlUtilization_t* utilization) = nullptr;
+  nvmlReturn_t (*GpmQueryDeviceSupport)(nvmlDevice_t device, nvmlGpmSupport_t* support) = nullptr;
+  nvmlReturn_t (*GpmSampleAlloc)(nvmlGpmSample_t* sample) = nullptr;
+  nvmlReturn_t (*GpmSampleFree)(nvmlGpmSample_t sample) = nullptr;
+  nvmlReturn_t (*GpmMigSampleGet)(nvmlDevice_t device, unsigned int gpu_instance_id,
+                                  nvmlGpmSample_t sample) = nullptr;
+  // Takes an nvmlGpmMetricsGetN_t of any N (see nvml_types.h).
+  nvmlReturn_t (*GpmMetricsGet)(void* metrics_get) = nullptr;
 };
 
 // The dlopen handle and the resolved table. Closing happens in the destructor. Thread-safe after

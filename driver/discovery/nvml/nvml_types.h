@@ -54,10 +54,12 @@ struct nvmlDevice_st;
 struct nvmlGpuInstance_st;
 struct nvmlComputeInstance_st;
 struct nvmlEventSet_st;
+struct nvmlGpmSample_st;
 using nvmlDevice_t = nvmlDevice_st*;
 using nvmlGpuInstance_t = nvmlGpuInstance_st*;
 using nvmlComputeInstance_t = nvmlComputeInstance_st*;
 using nvmlEventSet_t = nvmlEventSet_st*;
+using nvmlGpmSample_t = nvmlGpmSample_st*;
 
 // Constants (§3, §4.4, §4.6, §1.6).
 inline constexpr unsigned int NVML_INIT_FLAG_NO_GPUS = 1;
@@ -154,6 +156,47 @@ struct nvmlEventData_t {
   unsigned int computeInstanceId;
 };
 
+// nvmlUtilization_t: percentages of the last sample period.
+struct nvmlUtilization_t {
+  unsigned int gpu;
+  unsigned int memory;
+};
+
+// GPU Performance Monitoring (nvml.h "GPM", R520+).
+inline constexpr unsigned int NVML_GPM_SUPPORT_VERSION = 1;
+inline constexpr unsigned int NVML_GPM_METRICS_GET_VERSION = 1;
+// Percentage of time any compute or graphics context was active, 0.0-100.0.
+inline constexpr unsigned int NVML_GPM_METRIC_GRAPHICS_UTIL = 1;
+
+struct nvmlGpmSupport_t {
+  unsigned int version;
+  unsigned int isSupportedDevice;
+};
+
+struct nvmlGpmMetric_t {
+  unsigned int metricId;
+  nvmlReturn_t nvmlReturn;
+  double value;
+  struct {
+    char* shortName;
+    char* longName;
+    char* unit;
+  } metricInfo;
+};
+
+// nvmlGpmMetricsGet_t with room for `N` metrics. The library reads `numMetrics` entries and
+// headers differ in their array's length (NVML_GPM_METRIC_MAX grew from 98 to 333), so the
+// caller's array need only hold the metrics it asks for; the head is the same in all of them.
+template <unsigned int N>
+struct nvmlGpmMetricsGetN_t {
+  unsigned int version;
+  unsigned int numMetrics;
+  nvmlGpmSample_t sample1;
+  nvmlGpmSample_t sample2;
+  nvmlGpmMetric_t metrics[N];
+};
+using nvmlGpmMetricsGet1_t = nvmlGpmMetricsGetN_t<1>;
+
 // The layouts are part of the ABI: pin them to the reference (§4.2).
 static_assert(sizeof(nvmlMemory_t) == 24);
 static_assert(sizeof(nvmlPciInfo_t) == 68);
@@ -173,5 +216,11 @@ static_assert(offsetof(nvmlComputeInstanceInfo_t, placement) == 24);
 static_assert(sizeof(nvmlEventData_t) == 32);
 static_assert(offsetof(nvmlEventData_t, eventData) == 16);
 static_assert(offsetof(nvmlEventData_t, computeInstanceId) == 28);
+static_assert(sizeof(nvmlUtilization_t) == 8);
+static_assert(sizeof(nvmlGpmSupport_t) == 8);
+static_assert(sizeof(nvmlGpmMetric_t) == 40);
+static_assert(offsetof(nvmlGpmMetric_t, value) == 8);
+static_assert(offsetof(nvmlGpmMetricsGet1_t, sample1) == 8);
+static_assert(offsetof(nvmlGpmMetricsGet1_t, metrics) == 24);
 
 }  // namespace dralens::driver::discovery::nvml

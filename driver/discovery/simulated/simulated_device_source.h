@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,18 @@ class SimulatedDeviceSource : public DeviceSource {
   absl::Status SetTimeSlice(absl::string_view gpu_uuid, TimeSlice interval) override;
   // HealthEventSource
   absl::StatusOr<std::optional<HealthEvent>> WaitForEvent(absl::Duration timeout) override;
+  // UsageSource, as NVML answers: a GPU not in MIG mode reports utilisation; in MIG mode it
+  // reports memory only, and its MIG devices report GPM activity on Hopper and later (none on
+  // the first sample of a device) and memory only before.
+  absl::StatusOr<std::vector<DeviceUsage>> SampleUsage() override;
+
+  // The load that `owner` (a process, a pod) puts on a device (a GPU's or MIG device's UUID), as
+  // the demo's pods do: reported by SampleUsage until cleared. A device's figures are the sum of
+  // its owners' (utilisation at most 1); without load it reports 0 and no memory used. NotFound
+  // for an unknown device.
+  absl::Status SetLoad(absl::string_view uuid, absl::string_view owner, double utilization,
+                       uint64_t memory_used_bytes);
+  void ClearLoad(absl::string_view uuid, absl::string_view owner);
 
   // Fault injection. The next `count` calls of `op` fail with `error` (not OK) before doing
   // anything; a later call for the same op replaces the pending failures.
@@ -110,6 +123,10 @@ class SimulatedDeviceSource : public DeviceSource {
     int remaining = 0;
     absl::Status error;
   };
+  struct Load {
+    double utilization = 0;
+    uint64_t memory_used_bytes = 0;
+  };
 
   SimulatedDeviceSource(SimulatedProfile profile, std::string node_name);
 
@@ -132,6 +149,11 @@ class SimulatedDeviceSource : public DeviceSource {
   std::map<SimulatedOp, Fault> faults_ ABSL_GUARDED_BY(mu_);
   std::map<SimulatedOp, int> calls_ ABSL_GUARDED_BY(mu_);
   std::deque<HealthEvent> events_ ABSL_GUARDED_BY(mu_);
+  // By device UUID, then owner.
+  std::map<std::string, std::map<std::string, Load, std::less<>>, std::less<>> loads_
+      ABSL_GUARDED_BY(mu_);
+  // MIG devices sampled in the last round: GPM has a previous sample for them.
+  std::set<std::string> gpm_sampled_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dralens::driver::discovery

@@ -61,6 +61,15 @@ class FakeNvml {
   void FailNextWait(int rc) { Fn<void (*)(int)>("fakeNvmlFailNextWait")(rc); }
   int EventSetsCreated() { return Fn<int (*)()>("fakeNvmlEventSetsCreated")(); }
   int EventSetsAlive() { return Fn<int (*)()>("fakeNvmlEventSetsAlive")(); }
+  // Utilisation and memory used of GPU `gpu` (gi ~0u) or of its GPU instance `gi`.
+  void SetUsage(unsigned gpu, unsigned gi, unsigned util_percent, unsigned long long used_mib) {
+    Fn<void (*)(unsigned, unsigned, unsigned, unsigned long long)>("fakeNvmlSetUsage")(
+        gpu, gi, util_percent, used_mib);
+  }
+  void SetGpmSupported(unsigned gpu, bool supported) {
+    Fn<void (*)(unsigned, int)>("fakeNvmlSetGpmSupported")(gpu, supported ? 1 : 0);
+  }
+  int GpmSamplesAlive() { return Fn<int (*)()>("fakeNvmlGpmSamplesAlive")(); }
   unsigned long long RegisteredEvents(unsigned gpu) {
     return Fn<unsigned long long (*)(unsigned)>("fakeNvmlRegisteredEvents")(gpu);
   }

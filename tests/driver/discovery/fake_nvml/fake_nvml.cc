@@ -249,10 +249,17 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   FAKE_LOCK;
+  if (FakeInstance* mig = MigByHandle(s, device)) {
+    const ProfileRow* row = RowById(s.gpus[mig->gpu], mig->gi_profile_id);
+    memory->total = (row != nullptr ? row->mib : 0) << 20;
+    memory->used = mig->used_mib << 20;
+    memory->free = memory->total - memory->used;
+    return NVML_SUCCESS;
+  }
   FAKE_GPU(device);
   memory->total = gpu->memory_mib << 20;
-  memory->used = 0;
-  memory->free = memory->total;
+  memory->used = gpu->used_mib << 20;
+  memory->free = memory->total - memory->used;
   return NVML_SUCCESS;
 }
 

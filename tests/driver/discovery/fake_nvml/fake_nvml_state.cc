@@ -83,6 +83,7 @@ void ResetLocked(State& s) {
   s.next_uuid = 0x100;
   s.instances.clear();
   s.events.clear();
+  s.gpm_samples = 0;
   FakeGpu& h100 = s.gpus[0];
   h100 = FakeGpu{};
   h100.index = 0;
@@ -105,6 +106,7 @@ void ResetLocked(State& s) {
                           nvmlEventTypeSingleBitEccError | nvmlEventTypeGpuUnavailableError |
                           nvmlEventTypeGpuRecoveryAction;
   h100.numa_node = 7;
+  h100.gpm_supported = true;
   FakeGpu& a100 = s.gpus[1];
   a100 = FakeGpu{};
   a100.index = 1;

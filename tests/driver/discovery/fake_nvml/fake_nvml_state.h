@@ -60,7 +60,10 @@ struct FakeGpu {
   bool registered;
   unsigned long long supported_events;
   unsigned long long registered_events;
-  unsigned numa_node;  // what nvmlDeviceGetNumaNodeId answers (a coherent platform's GPU node)
+  unsigned numa_node;     // what nvmlDeviceGetNumaNodeId answers (a coherent platform's GPU node)
+  unsigned util_percent;  // what nvmlDeviceGetUtilizationRates answers with MIG mode off
+  unsigned long long used_mib;
+  bool gpm_supported;
   const std::vector<ProfileRow>* rows;
 };
 
@@ -73,6 +76,8 @@ struct FakeInstance {
   unsigned gi_id, gi_profile_id, start, size, slices, sm;
   unsigned ci_id, ci_profile_id;
   std::string uuid;
+  unsigned util_percent = 0;  // the GPU instance's graphics activity, as GPM measures it
+  unsigned long long used_mib = 0;
 };
 
 struct FakeEvent {
@@ -97,6 +102,7 @@ struct State {
   std::vector<std::unique_ptr<FakeInstance>> instances;
   std::deque<FakeEvent> events;
   char event_set_tag = 0;
+  int gpm_samples = 0;  // allocated and not freed
 };
 
 // A plain static: tests dlclose the library between cases, and its destructor then frees the
