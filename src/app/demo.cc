@@ -167,6 +167,33 @@ class FaultInjector {
   std::thread thread_;
 };
 
+// Sets (or, with nullopt, clears) the load of the devices a prepared claim holds on a simulated
+// node. Busy pods fill 6 GiB of device memory, idle ones hold 2 GiB: a model loaded and left.
+void SetPodLoad(SimulatedNode& node, const std::string& claim_uid,
+                std::optional<double> utilization) {
+  auto* source =
+      dynamic_cast<driver::discovery::SimulatedDeviceSource*>(&node.driver->device_source());
+  std::optional<driver::prepare::CheckpointClaim> claim =
+      node.driver->preparation().ledger().Find(claim_uid);
+  if (source == nullptr || !claim.has_value()) {
+    return;
+  }
+  for (const driver::prepare::CheckpointDevice& d : claim->devices) {
+    if (d.uuid.empty()) {
+      continue;
+    }
+    if (!utilization.has_value()) {
+      source->ClearLoad(d.uuid, claim_uid);
+      continue;
+    }
+    const uint64_t memory = (*utilization < 0.05 ? 2ULL : 6ULL) << 30;
+    if (absl::Status s = source->SetLoad(d.uuid, claim_uid, *utilization, memory); !s.ok()) {
+      DLOG(kWarn, "demo", "could not set a pod's load",
+           {{"node", node.name}, {"claim_uid", claim_uid}, {"error", s.message()}});
+    }
+  }
+}
+
 }  // namespace
 
 int RunDemo(const FlagValues& flags) {
@@ -320,6 +347,16 @@ int RunDemo(const FlagValues& flags) {
          for (const auto& n : sim_nodes) {
            options.plugin_sockets[n->name] = n->driver->dra_socket_path();
          }
+         // A pod's load lands on the devices its claim was prepared with, as a real process
+         // in the container would: the node's usage sampler reads it from the simulated source.
+         options.pod_load = [&sim_nodes](const std::string& node, const std::string& uid,
+                                         std::optional<double> utilization) {
+           for (const auto& n : sim_nodes) {
+             if (n->name == node) {
+               SetPodLoad(*n, uid, utilization);
+             }
+           }
+         };
          // Its own client, unmetered: the cluster role's request series stay its own calls.
          ASSIGN_OR_RETURN(workload_client, BuildKubeClient(api_config, nullptr));
          workload =

@@ -127,6 +127,8 @@ int RunNode(const FlagValues& flags) {
            absl::ParseDuration(after, &d);  // checked by the flag parser
            options.unprepare_orphans_after = d;
          }
+         absl::ParseDuration(flags.Get("utilization-interval"), &options.utilization_interval);
+         absl::SimpleAtod(flags.Get("idle-threshold"), &options.idle_threshold);
          if (options.dynamic_mig) {
            options.api_minor = ServerMinorVersion(*state.client);
          }

@@ -64,7 +64,8 @@ absl::Status NodeDriver::StartAll() {
     exemplars_ = own_exemplars_.get();
   }
   tracer_ = options_.tracer != nullptr ? options_.tracer : &noop_tracer_;
-  collectors_ = std::make_unique<exporter::NodeCollectors>(*registry_);
+  collectors_ = std::make_unique<exporter::NodeCollectors>(
+      *registry_, exporter::NodeCollectorsOptions{.idle_threshold = options_.idle_threshold});
   call_metrics_ = std::make_unique<driver::plugin::KubeletCallMetrics>(
       driver::plugin::KubeletCallMetrics::Create(*registry_));
   slice_metrics_ = std::make_unique<driver::slices::SliceMetrics>(*registry_);
@@ -219,6 +220,13 @@ absl::Status NodeDriver::StartAll() {
       *registry_);
   orphans_->Run();
 
+  if (options_.utilization_interval > absl::ZeroDuration()) {
+    usage_ = std::make_unique<driver::usage::UsageSampler>(
+        *source_, *collectors_, clock_, *registry_,
+        driver::usage::UsageSamplerOptions{.interval = options_.utilization_interval});
+    usage_->Start();
+  }
+
   driver::plugin::PluginServerOptions plugin_options;
   plugin_options.driver_name = options_.driver_name;
   plugin_options.registry_dir = options_.registry_dir;
@@ -276,6 +284,9 @@ void NodeDriver::Stop() {
   if (orphans_) {
     orphans_->Stop();
   }
+  if (usage_) {
+    usage_->Stop();
+  }
   if (slice_watch_) {
     slice_watch_->Stop();
   }
@@ -288,6 +299,13 @@ void NodeDriver::Stop() {
   if (preparation_) {
     preparation_->Stop();
   }
+}
+
+absl::Status NodeDriver::SampleUsageForTest() {
+  if (!usage_) {
+    return absl::FailedPreconditionError("utilisation sampling is off");
+  }
+  return usage_->SampleOnce();
 }
 
 absl::Status NodeDriver::Ready() const {

@@ -43,6 +43,7 @@
 #include "driver/prepare/preparation.h"
 #include "driver/sharing/mps.h"
 #include "driver/slices/slice_publisher.h"
+#include "driver/usage/usage_sampler.h"
 #include "exporter/node/node_collectors.h"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
@@ -78,6 +79,10 @@ struct NodeDriverOptions {
   // how long an orphan is unprepared (nullopt: never).
   absl::Duration orphan_check_interval = absl::Minutes(1);
   std::optional<absl::Duration> unprepare_orphans_after;
+  // Utilisation sampling (driver/usage): how often (zero: never), and below which utilisation
+  // (0..1) a prepared claim's devices count as idle.
+  absl::Duration utilization_interval = absl::Seconds(10);
+  double idle_threshold = 0.05;
   // Telemetry sinks; not owned, must outlive the driver. A null registry (or exemplar store)
   // records into a private one nobody scrapes; a null tracer records no spans.
   prometheus::Registry* registry = nullptr;
@@ -115,6 +120,8 @@ class NodeDriver {
   // One slice convergence pass now, as the publisher's loop runs it; for tests that must know
   // what the loop would publish without waiting for it.
   absl::StatusOr<driver::slices::SyncResult> SyncSlicesForTest() { return publisher_->Sync(); }
+  // One utilisation round now, as the sampler's loop runs it (tests and the demo).
+  absl::Status SampleUsageForTest();
   // The claim preparation (ledger, preparer); valid after Start() until destruction.
   driver::prepare::Preparation& preparation() { return *preparation_; }
 
@@ -154,6 +161,7 @@ class NodeDriver {
   std::unique_ptr<driver::slices::SlicePublisher> publisher_;
   std::unique_ptr<k8s::Informer> slice_watch_;
   std::unique_ptr<driver::prepare::OrphanDetector> orphans_;
+  std::unique_ptr<driver::usage::UsageSampler> usage_;
   driver::plugin::PluginServerPtr plugin_;
 };
 

@@ -144,7 +144,8 @@ Workload::Workload(WorkloadOptions options, k8s::KubeClient& client, common::Clo
       client_(client),
       clock_(clock),
       kind_rng_(options_.seed),
-      run_rng_(options_.seed ^ 0x9e3779b97f4a7c15ULL) {}
+      run_rng_(options_.seed ^ 0x9e3779b97f4a7c15ULL),
+      load_rng_(options_.seed ^ 0xc2b2ae3d27d4eb4fULL) {}
 
 Workload::~Workload() { Stop(); }
 
@@ -528,12 +529,21 @@ absl::Status Workload::Prepare(Tracked& claim, absl::Time now) {
     RETURN_IF_ERROR(SetPodPhase(pod, "Running", claim.node));
   }
   claim.state = State::kRunning;
+  if (options_.pod_load) {
+    std::uniform_real_distribution<double> unit(0, 1);
+    const bool idle = unit(load_rng_) < 0.25;
+    const double load = idle ? 0.03 * unit(load_rng_) : 0.35 + 0.6 * unit(load_rng_);
+    options_.pod_load(claim.node, claim.uid, load);
+  }
   const double mean = absl::ToDoubleSeconds(options_.mean_pod_duration);
   claim.until = now + absl::Seconds(std::exponential_distribution<double>(1.0 / mean)(run_rng_));
   return absl::OkStatus();
 }
 
 absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
+  if (options_.pod_load && claim.state == State::kRunning) {
+    options_.pod_load(claim.node, claim.uid, std::nullopt);  // the pods stop first
+  }
   auto socket = options_.plugin_sockets.find(claim.node);
   if (socket != options_.plugin_sockets.end()) {
     const auto request = OneClaim<dra::NodeUnprepareResourcesRequest>(options_.namespace_name,

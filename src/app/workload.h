@@ -20,6 +20,7 @@
 // of its own until Stop. stats() may be called from any thread.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,6 +58,14 @@ struct WorkloadOptions {
   // other kinds never go there (the planner refuses to mix shares with other holders). Off, the
   // mix and its seeded sequence are as before.
   bool memory_shares = false;
+  // The GPU load of a claim's pods: called with the node, the claim's UID and a utilisation
+  // (0..1) when its pods start running, and with nullopt when they stop. About a quarter of the
+  // runs sit idle (below 3 %), as forgotten notebooks and stuck jobs do; the others keep their
+  // GPU 35-95 % busy. Drawn from a stream of its own, so the claims made stay those of the seed.
+  // Unset: no load.
+  std::function<void(const std::string& node, const std::string& claim_uid,
+                     std::optional<double> utilization)>
+      pod_load;
 };
 
 // The kinds of claim the generator makes, with their weights in the mix.
@@ -158,6 +167,7 @@ class Workload {
   // what could be scheduled.
   std::mt19937_64 kind_rng_;
   std::mt19937_64 run_rng_;
+  std::mt19937_64 load_rng_;
   int serial_ = 0;
   std::vector<Tracked> claims_;
   std::set<std::string> allocated_;                        // pool/device

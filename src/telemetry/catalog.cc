@@ -68,6 +68,21 @@ std::vector<MetricSpec> BuildCatalog() {
        "node",
        "Memory of the device.",
        S::kBeta},
+      {"dralens_device_utilization_ratio",
+       K::kGauge,
+       {"device"},
+       "node",
+       "How busy the device was in the last sampling round (--utilization-interval), 0 to 1: "
+       "nvmlDeviceGetUtilizationRates for a GPU not in MIG mode, GPM graphics-engine activity "
+       "since the previous round for a MIG device (Hopper and later). Absent for a device NVML "
+       "has no figure for.",
+       S::kAlpha},
+      {"dralens_device_memory_used_bytes",
+       K::kGauge,
+       {"device"},
+       "node",
+       "Device memory in use, from the last sampling round.",
+       S::kAlpha},
       {"dralens_device_state",
        K::kGauge,
        {"device", "state"},
@@ -218,6 +233,21 @@ std::vector<MetricSpec> BuildCatalog() {
        "node",
        "Claim state transitions (unprepared, prepare_started, prepare_completed, unpreparing); "
        "every one is also a \"claim state\" event on the claim's span.",
+       S::kAlpha},
+      {"dralens_usage_rounds_total",
+       K::kCounter,
+       {"result"},
+       "node",
+       "Utilisation sampling rounds by result (ok, error). After an error the device series keep "
+       "the last successful round's figures.",
+       S::kAlpha},
+      {"dralens_node_claim_idle_seconds",
+       K::kGauge,
+       {"namespace", "claim", "uid"},
+       "node",
+       "How long every device of the prepared claim has stayed below the idle threshold "
+       "(--idle-threshold); 0 while any is busy. Absent until the claim's utilisation is known: "
+       "never for a MIG device without GPM.",
        S::kAlpha},
       {"dralens_node_claim_info",
        K::kInfo,
@@ -394,6 +424,14 @@ std::vector<MetricSpec> BuildCatalog() {
        "product and state (free, allocated, tainted): how many devices a request of the class "
        "could still get. A device counts once per class it matches and every MIG placement "
        "counts as a device, so sums over classes are not capacity: use dralens_cluster_gpus."},
+      {"dralens_cluster_price_per_gpu_hour",
+       K::kGauge,
+       {"device_class", "product"},
+       "cluster",
+       "The price of one GPU-hour (--price-file, else --price-per-device-hour) for each class and "
+       "product the fleet publishes devices of; a MIG instance or share costs its fraction. Rules "
+       "join it to the node's idle claims to price idle time.",
+       S::kAlpha},
       {"dralens_cluster_mig_placeable",
        K::kGauge,
        {"node", "gpu", "profile"},

@@ -175,5 +175,132 @@ TEST_F(NodeCollectorsTest, DevicesAndGroupsThatLeaveTheLayoutLoseTheirSeries) {
   EXPECT_EQ(Value(registry_, "dralens_device_info", {{"uuid", "GPU-0-replaced"}}), 1);
 }
 
+model::DeviceUsageSample Used(const std::string& uuid, std::optional<double> utilization,
+                              uint64_t memory_used = 1ull << 30) {
+  return model::DeviceUsageSample{.uuid = uuid,
+                                  .utilization = utilization,
+                                  .memory_used_bytes = memory_used,
+                                  .memory_total_bytes = 80ull << 30,
+                                  .method = utilization ? "device_utilization" : "memory_only"};
+}
+
+// A claim on the given layout devices, with their UUIDs.
+model::PreparedClaim ClaimOn(const std::string& uid, const std::vector<model::NodeDevice>& on) {
+  model::PreparedClaim c{.uid = uid, .namespace_name = "ml", .name = "claim-" + uid, .devices = {}};
+  for (const model::NodeDevice& d : on) {
+    c.devices.push_back(model::ClaimDevice{.device = d.name,
+                                           .pool = "node-a",
+                                           .type = d.type,
+                                           .uuid = d.uuid,
+                                           .gpu_uuid = d.uuid,
+                                           .gpu_instance_id = std::nullopt});
+  }
+  return c;
+}
+
+TEST_F(NodeCollectorsTest, UsageSeriesFollowTheRoundsAndTheLayout) {
+  collectors_.Apply(View());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  collectors_.ApplyUsage({.at = t0,
+                          .devices = {Used("GPU-0", 0.42, 5ull << 30), Used("GPU-1", 0.0),
+                                      Used("MIG-gpu-2-mig-a", std::nullopt, 2ull << 30),
+                                      Used("GPU-unpublished", 0.9)}});
+  EXPECT_EQ(Value(registry_, "dralens_device_utilization_ratio", {{"device", "gpu-0"}}), 0.42);
+  EXPECT_EQ(Value(registry_, "dralens_device_memory_used_bytes", {{"device", "gpu-0"}}),
+            5.0 * (1ull << 30));
+  EXPECT_EQ(Value(registry_, "dralens_device_utilization_ratio", {{"device", "gpu-2-mig-a"}}),
+            std::nullopt)
+      << "a device without a utilisation figure has no utilisation series";
+  EXPECT_EQ(Value(registry_, "dralens_device_memory_used_bytes", {{"device", "gpu-2-mig-a"}}),
+            2.0 * (1ull << 30));
+  EXPECT_EQ(Count(registry_, "dralens_device_utilization_ratio"), 2);
+
+  // GPU-1 is not in the next round (lost): its series go; so do those of a device that leaves
+  // the layout.
+  collectors_.ApplyUsage({.at = t0 + absl::Seconds(10), .devices = {Used("GPU-0", 0.5)}});
+  EXPECT_EQ(Value(registry_, "dralens_device_utilization_ratio", {{"device", "gpu-1"}}),
+            std::nullopt);
+  EXPECT_EQ(Count(registry_, "dralens_device_memory_used_bytes"), 1);
+  layout_ = std::make_shared<const model::NodeLayout>(
+      model::NodeLayout{.devices = {Gpu("gpu-1", "GPU-1")}, .placeable = {}});
+  collectors_.Apply(View());
+  EXPECT_EQ(Count(registry_, "dralens_device_utilization_ratio"), 0);
+  EXPECT_EQ(Count(registry_, "dralens_device_memory_used_bytes"), 0);
+}
+
+TEST_F(NodeCollectorsTest, AClaimIsIdleWhileEveryDeviceIsBelowTheThreshold) {
+  const model::NodeDevice gpu0 = Gpu("gpu-0", "GPU-0");
+  const model::NodeDevice gpu1 = Gpu("gpu-1", "GPU-1");
+  collectors_.Apply(View({ClaimOn("one", {gpu0}), ClaimOn("two", {gpu0, gpu1})}));
+  const Labels one = {{"namespace", "ml"}, {"claim", "claim-one"}, {"uid", "one"}};
+  const Labels two = {{"namespace", "ml"}, {"claim", "claim-two"}, {"uid", "two"}};
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  auto round = [&](int seconds, double u0, double u1) {
+    collectors_.ApplyUsage(
+        {.at = t0 + absl::Seconds(seconds), .devices = {Used("GPU-0", u0), Used("GPU-1", u1)}});
+  };
+
+  round(0, 0.01, 0.90);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", one), 0) << "idle from now on";
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", two), 0) << "gpu-1 is busy";
+  round(10, 0.04, 0.90);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", one), 10);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", two), 0);
+  round(20, 0.00, 0.01);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", one), 20);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", two), 0) << "idle from 20 s";
+  round(50, 0.00, 0.02);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", two), 30);
+  round(60, 0.05, 0.02);  // at the threshold is busy
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", one), 0);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", two), 0);
+
+  // Unprepared: the series goes.
+  collectors_.Apply(View({ClaimOn("two", {gpu0, gpu1})}));
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", one), std::nullopt);
+  EXPECT_EQ(Count(registry_, "dralens_node_claim_idle_seconds"), 1);
+}
+
+TEST_F(NodeCollectorsTest, AnUndecidedRoundNeitherStartsNorEndsIdleness) {
+  const model::NodeDevice gpu0 = Gpu("gpu-0", "GPU-0");
+  const model::NodeDevice mig = Mig("gpu-2-mig-a", "gpu-2");
+  collectors_.Apply(View({ClaimOn("mig", {mig}), ClaimOn("gpu", {gpu0})}));
+  const Labels on_mig = {{"namespace", "ml"}, {"claim", "claim-mig"}, {"uid", "mig"}};
+  const Labels on_gpu = {{"namespace", "ml"}, {"claim", "claim-gpu"}, {"uid", "gpu"}};
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+
+  // A MIG device without a utilisation figure (no GPM, or its first GPM round): no idle series.
+  collectors_.ApplyUsage(
+      {.at = t0, .devices = {Used("MIG-gpu-2-mig-a", std::nullopt), Used("GPU-0", 0.0)}});
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", on_mig), std::nullopt);
+  collectors_.ApplyUsage(
+      {.at = t0 + absl::Seconds(10), .devices = {Used("MIG-gpu-2-mig-a", 0.0), Used("GPU-0", 0)}});
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", on_mig), 0);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", on_gpu), 10);
+  // gpu-0 missing from a round (not readable) keeps the idleness counting from where it began.
+  collectors_.ApplyUsage({.at = t0 + absl::Seconds(20), .devices = {Used("MIG-gpu-2-mig-a", 0)}});
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", on_gpu), 20);
+  collectors_.ApplyUsage(
+      {.at = t0 + absl::Seconds(30), .devices = {Used("MIG-gpu-2-mig-a", 0), Used("GPU-0", 0.01)}});
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", on_gpu), 30);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", on_mig), 20);
+}
+
+TEST(NodeCollectorsThresholdTest, TheIdleThresholdIsTheOperators) {
+  prometheus::Registry registry;
+  NodeCollectors collectors(registry, NodeCollectorsOptions{.idle_threshold = 0.5});
+  auto layout = std::make_shared<const model::NodeLayout>(
+      model::NodeLayout{.devices = {Gpu("gpu-0", "GPU-0")}, .placeable = {}});
+  collectors.Apply(model::NodeView{.driver = "gpu.dralens.dev",
+                                   .pool = "node-a",
+                                   .layout = layout,
+                                   .claims = {ClaimOn("a", {Gpu("gpu-0", "GPU-0")})},
+                                   .unhealthy = {}});
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  collectors.ApplyUsage({.at = t0, .devices = {Used("GPU-0", 0.3)}});
+  collectors.ApplyUsage({.at = t0 + absl::Seconds(5), .devices = {Used("GPU-0", 0.3)}});
+  EXPECT_EQ(Value(registry, "dralens_node_claim_idle_seconds", {{"uid", "a"}}), 5);
+}
+
 }  // namespace
 }  // namespace dralens::exporter

@@ -1,0 +1,137 @@
+#include "exporter/node/usage_collector.h"
+
+#include <set>
+#include <utility>
+
+#include "src/telemetry/catalog.h"
+
+namespace dralens::exporter {
+
+UsageMetrics UsageMetrics::Create(prometheus::Registry& registry) {
+  return UsageMetrics{
+      .utilization = telemetry::BuildGauge(registry, "dralens_device_utilization_ratio"),
+      .memory_used = telemetry::BuildGauge(registry, "dralens_device_memory_used_bytes"),
+      .claim_idle = telemetry::BuildGauge(registry, "dralens_node_claim_idle_seconds")};
+}
+
+void UsageCollector::Apply(const model::NodeView& view) {
+  names_.clear();
+  if (view.layout != nullptr) {
+    for (const model::NodeDevice& d : view.layout->devices) {
+      names_[d.uuid] = d.name;
+    }
+  }
+  std::set<std::string> named;
+  for (const auto& [uuid, name] : names_) {
+    named.insert(name);
+  }
+  for (auto it = devices_.begin(); it != devices_.end();) {
+    auto next = std::next(it);
+    if (!named.contains(it->first)) {
+      DropDevice(it->first);
+    }
+    it = next;
+  }
+  claims_ = view.claims;
+  std::set<std::string> uids;
+  for (const model::PreparedClaim& c : claims_) {
+    uids.insert(c.uid);
+  }
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    if (uids.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    if (it->second.series != nullptr) {
+      metrics_.claim_idle.Remove(it->second.series);
+    }
+    it = idle_.erase(it);
+  }
+}
+
+void UsageCollector::SetDevice(const std::string& name, const model::DeviceUsageSample& sample) {
+  DeviceSeries& s = devices_[name];
+  if (sample.utilization.has_value()) {
+    if (s.utilization == nullptr) {
+      s.utilization = &metrics_.utilization.Add({{"device", name}});
+    }
+    s.utilization->Set(*sample.utilization);
+  } else if (s.utilization != nullptr) {
+    metrics_.utilization.Remove(s.utilization);
+    s.utilization = nullptr;
+  }
+  if (sample.memory_used_bytes.has_value()) {
+    if (s.memory_used == nullptr) {
+      s.memory_used = &metrics_.memory_used.Add({{"device", name}});
+    }
+    s.memory_used->Set(static_cast<double>(*sample.memory_used_bytes));
+  } else if (s.memory_used != nullptr) {
+    metrics_.memory_used.Remove(s.memory_used);
+    s.memory_used = nullptr;
+  }
+}
+
+void UsageCollector::DropDevice(const std::string& name) {
+  auto it = devices_.find(name);
+  if (it == devices_.end()) {
+    return;
+  }
+  if (it->second.utilization != nullptr) {
+    metrics_.utilization.Remove(it->second.utilization);
+  }
+  if (it->second.memory_used != nullptr) {
+    metrics_.memory_used.Remove(it->second.memory_used);
+  }
+  devices_.erase(it);
+}
+
+void UsageCollector::ApplyUsage(const model::UsageView& view) {
+  std::map<std::string, const model::DeviceUsageSample*> by_uuid;
+  std::set<std::string> sampled;
+  for (const model::DeviceUsageSample& sample : view.devices) {
+    by_uuid[sample.uuid] = &sample;
+    auto name = names_.find(sample.uuid);
+    if (name == names_.end()) {
+      continue;  // not a published device (yet)
+    }
+    SetDevice(name->second, sample);
+    sampled.insert(name->second);
+  }
+  // A device this round did not reach (lost, or no longer readable) has no current figures.
+  for (auto it = devices_.begin(); it != devices_.end();) {
+    auto next = std::next(it);
+    if (!sampled.contains(it->first)) {
+      DropDevice(it->first);
+    }
+    it = next;
+  }
+  for (const model::PreparedClaim& claim : claims_) {
+    bool busy = false;
+    bool decided = !claim.devices.empty();
+    for (const model::ClaimDevice& d : claim.devices) {
+      auto it = by_uuid.find(d.uuid);
+      if (it == by_uuid.end() || !it->second->utilization.has_value()) {
+        decided = false;
+        continue;
+      }
+      busy = busy || *it->second->utilization >= idle_threshold_;
+    }
+    ClaimIdle& idle = idle_[claim.uid];
+    if (busy) {
+      idle.idle_since.reset();
+    } else if (decided && !idle.idle_since.has_value()) {
+      idle.idle_since = view.at;
+    }
+    if (!busy && !decided && idle.series == nullptr) {
+      continue;  // never decided: no figure to give
+    }
+    if (idle.series == nullptr) {
+      idle.series = &metrics_.claim_idle.Add(
+          {{"namespace", claim.namespace_name}, {"claim", claim.name}, {"uid", claim.uid}});
+    }
+    idle.series->Set(idle.idle_since.has_value() ? absl::ToDoubleSeconds(view.at - *idle.idle_since)
+                                                 : 0.0);
+  }
+}
+
+}  // namespace dralens::exporter
