@@ -208,6 +208,7 @@ class Analyzer {
   prometheus::Family<prometheus::Counter>& transitions_;
   // Fleet-wide, not per node: a series per (driver, class, product, state).
   prometheus::Family<prometheus::Gauge>& pool_devices_;
+  prometheus::Family<prometheus::Gauge>& price_per_gpu_hour_;
   // The per-node families, a series per node and label set: kept as text (TextFamily).
   const std::shared_ptr<telemetry::TextFamilies> text_series_;
   telemetry::TextFamily<prometheus::Gauge>& gpus_;
@@ -276,6 +277,10 @@ class Analyzer {
     std::array<prometheus::Gauge*, kPoolStates> gauges = {};
   };
   std::map<std::vector<std::string>, PoolTotal> pool_totals_ ABSL_GUARDED_BY(mu_);
+  // dralens_cluster_price_per_gpu_hour: (class, product) -> its series and the pool totals
+  // (one per driver) that publish such devices.
+  std::map<std::pair<std::string, std::string>, std::pair<prometheus::Gauge*, int>> prices_in_use_
+      ABSL_GUARDED_BY(mu_);
   std::map<Transition, prometheus::Counter*> transition_counters_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::unique_ptr<NodeAggregate>> node_aggregates_
       ABSL_GUARDED_BY(mu_);

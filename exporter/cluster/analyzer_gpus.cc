@@ -397,6 +397,23 @@ void Analyzer::UpdatePoolTotals(
     PoolTotal& total = it->second;
     const bool any =
         std::any_of(total.devices.begin(), total.devices.end(), [](int64_t n) { return n != 0; });
+    // The price of a GPU of each (class, product) published, so that rules can price what the
+    // node's series count (idle claims) the way stranded cost is priced here.
+    const std::pair<std::string, std::string> priced = {(*labels)[1], (*labels)[2]};
+    if (any && total.gauges[0] == nullptr) {
+      auto& [gauge, refs] = prices_in_use_[priced];
+      if (refs++ == 0) {
+        gauge =
+            &price_per_gpu_hour_.Add({{"device_class", priced.first}, {"product", priced.second}});
+        gauge->Set(prices_.PriceOf(priced.first, priced.second));
+      }
+    } else if (!any && total.gauges[0] != nullptr) {
+      auto price = prices_in_use_.find(priced);
+      if (price != prices_in_use_.end() && --price->second.second == 0) {
+        price_per_gpu_hour_.Remove(price->second.first);
+        prices_in_use_.erase(price);
+      }
+    }
     for (int s = 0; s < kPoolStates; ++s) {
       if (!any) {
         if (total.gauges[s] != nullptr) {

@@ -200,9 +200,16 @@ TEST_F(ScenarioTest, PoolDevicesAddUpAcrossNodesAndGoWithTheLastDevice) {
                                                 {"product", product},
                                                 {"state", state}});
   };
+  auto price = [&](const std::string& product) {
+    return Get("dralens_cluster_price_per_gpu_hour",
+               {{"device_class", "gpu"}, {"product", product}});
+  };
   ASSERT_TRUE(Eventually([&] { return pool("H100", "free") == 2 && pool("A100", "free") == 1; }));
   EXPECT_EQ(pool("H100", "tainted"), 1);
   EXPECT_EQ(pool("H100", "allocated"), 0);
+  // Priced as the stranded cost is: the class's price wins over the product's.
+  EXPECT_EQ(price("H100"), 3.6);
+  EXPECT_EQ(price("A100"), 3.6);
 
   ASSERT_TRUE(client_->Delete(k8s::kResourceSlices, "", "node-a-gpus", k8s::DeleteOptions()).ok());
   ASSERT_TRUE(Eventually([&] { return pool("H100", "free") == 1; }));
@@ -211,6 +218,8 @@ TEST_F(ScenarioTest, PoolDevicesAddUpAcrossNodesAndGoWithTheLastDevice) {
   ASSERT_TRUE(Eventually([&] { return pool("H100", "free") == -1; }));
   EXPECT_EQ(pool("H100", "tainted"), -1);
   EXPECT_EQ(pool("A100", "free"), -1);
+  EXPECT_EQ(price("H100"), -1) << "no price series for what no node publishes";
+  EXPECT_EQ(price("A100"), -1);
 }
 
 TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
