@@ -127,6 +127,26 @@ def run_mode(dralens, api, scratch, out, mode, extra):
         print("".join(node.lines[-15:]))
 
 
+def start_api(dralens, scratch):
+    """A `dralens demo` as the API server, the GPU node registered and a kubeconfig for it in
+    `scratch`. Returns (the demo's Proc, the API server's URL)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRALENS_", "OTEL_"))}
+    demo = Proc([dralens, "demo", "--demo-nodes=1", "--api-server-address=127.0.0.1:0",
+                 "--metrics-address=127.0.0.1:0", "--demo-fault-after=0s",
+                 "--demo-claim-interval=1h"], env)
+    api = demo.wait_for(r"API server:\s+(http://127\.0\.0\.1:\d+)").group(1)
+    demo.wait_for(r"Press Ctrl-C")
+    http(f"{api}/api/v1/nodes", "POST", {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
+    (scratch / "kubeconfig").write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: demo\n"
+        f"clusters:\n- name: demo\n  cluster:\n    server: {api}\n"
+        "contexts:\n- name: demo\n  context:\n    cluster: demo\n    user: demo\n"
+        "users:\n- name: demo\n  user: {}\n")
+    return demo, api
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dralens", required=True)
@@ -135,21 +155,8 @@ def main():
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="dralens-gpu-"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DRALENS_", "OTEL_"))}
-    demo = Proc([args.dralens, "demo", "--demo-nodes=1", "--api-server-address=127.0.0.1:0",
-                 "--metrics-address=127.0.0.1:0", "--demo-fault-after=0s",
-                 "--demo-claim-interval=1h"], env)
+    demo, api = start_api(args.dralens, scratch)
     try:
-        api = demo.wait_for(r"API server:\s+(http://127\.0\.0\.1:\d+)").group(1)
-        demo.wait_for(r"Press Ctrl-C")
-        http(f"{api}/api/v1/nodes", "POST", {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": NODE, "labels": {"kubernetes.io/hostname": NODE}}})
-        (scratch / "kubeconfig").write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: demo\n"
-            f"clusters:\n- name: demo\n  cluster:\n    server: {api}\n"
-            "contexts:\n- name: demo\n  context:\n    cluster: demo\n    user: demo\n"
-            "users:\n- name: demo\n  user: {}\n")
         for mode, extra in (("plain", []), ("dynamic-mig", ["--dynamic-mig"])):
             try:
                 run_mode(args.dralens, api, scratch, out, mode, extra)
