@@ -53,6 +53,19 @@ DASHBOARD = dashboard(
                 unit="percent", w=24,
                 no_value=("No DCGM series: deploy dcgm-exporter and scrape it "
                           "(README: Join GPU utilisation with claims)")),
+            timeseries("Device utilisation (sampled by dralens)",
+                "How busy each device was in the node's last sampling round "
+                "(--utilization-interval): NVML's utilisation rate for a full GPU, GPM "
+                "graphics-engine activity for a MIG device on Hopper and later "
+                "(dralens_device_utilization_ratio). Needs no dcgm-exporter.",
+                [("dralens_device_utilization_ratio{S}", "{{instance}} {{device}}")],
+                unit="percentunit"),
+            timeseries("Idle prepared claims",
+                "How long every device of each prepared claim has stayed below the node's "
+                "--idle-threshold (dralens_node_claim_idle_seconds); claims that are busy read "
+                "0 and are not shown. DralensGpuIdle fires past an hour.",
+                [("dralens_node_claim_idle_seconds{S} > 0", "{{namespace}}/{{claim}}")],
+                unit="s"),
         ]),
         row("MIG", [
             bargauge("MIG layout",

@@ -285,6 +285,9 @@ int RunDemo(const FlagValues& flags) {
            options.api_minor = ServerMinorVersion(*n.client);
            // The embedded API server accepts taints; show health in the slices.
            options.device_taints = true;
+           (void)absl::ParseDuration(flags.Get("utilization-interval"),
+                                     &options.utilization_interval);
+           (void)absl::SimpleAtod(flags.Get("idle-threshold"), &options.idle_threshold);
            RETURN_IF_ERROR(StartTracing(n.telemetry, "dralens-node", {{"k8s.node.name", n.name}},
                                         otlp_endpoint));
            options.registry = n.telemetry.registry.get();

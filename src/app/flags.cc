@@ -165,21 +165,15 @@ std::vector<FlagSpec> BuildFlags() {
                "Unset: orphans are only reported.",
                {Role::kNode},
                [](absl::string_view v) { return v.empty() ? "" : CheckPositiveDuration(v); }});
-  f.push_back({"utilization-interval",
-               "DRALENS_UTILIZATION_INTERVAL",
-               "10s",
+  f.push_back({"utilization-interval", "DRALENS_UTILIZATION_INTERVAL", "10s",
                "How often the utilisation and memory used of every GPU and MIG device are "
                "sampled (`dralens_device_utilization_ratio`, `dralens_node_claim_idle_seconds`). "
                "0s: never.",
-               {Role::kNode},
-               CheckNonNegativeDuration});
-  f.push_back({"idle-threshold",
-               "DRALENS_IDLE_THRESHOLD",
-               "0.05",
+               node, CheckNonNegativeDuration});
+  f.push_back({"idle-threshold", "DRALENS_IDLE_THRESHOLD", "0.05",
                "A prepared claim is idle while every one of its devices is below this "
                "utilisation (0 to 1).",
-               {Role::kNode},
-               [](absl::string_view v) {
+               node, [](absl::string_view v) {
                  double x = 0;
                  if (!absl::SimpleAtod(v, &x) || !(x > 0 && x <= 1)) {
                    return std::string("must be a number > 0 and <= 1 such as 0.05");

@@ -9,7 +9,8 @@ until, or fails when the deadline passes before:
     resolved the way Grafana resolves them (label_values() through the Prometheus API, "All");
   - /api/v1/query_exemplars on dralens_node_claim_duration_seconds_bucket returns trace ids that
     the OTLP receiver also got;
-  - DralensCapacityStranded and DralensClaimUnsatisfiable have been pending and are firing;
+  - DralensCapacityStranded, DralensClaimUnsatisfiable and DralensGpuIdle (a quarter of the
+    demo's pods leave their GPUs idle) have been pending and are firing;
   - the Fleet dashboard's headline stats, evaluated as Grafana would, equal the demo's physical
     truth: 10 GPUs (two H100s in dynamic MIG, eight A100s) split into allocated, free and
     unavailable, and once the scheduled Xid has hit, exactly one unavailable GPU, stranded as
@@ -54,8 +55,9 @@ ALERT_FOR = "6s"
 THRESHOLDS = {
     "DralensClaimUnsatisfiable": "3",  # seconds a claim pends as unsatisfiable
     "DralensClaimPendingNoCapacity": "3",
+    "DralensGpuIdle": "3",  # seconds a running claim's devices have idled (sampled every 1 s)
 }
-ALERTS_TO_FIRE = ["DralensCapacityStranded", "DralensClaimUnsatisfiable"]
+ALERTS_TO_FIRE = ["DralensCapacityStranded", "DralensClaimUnsatisfiable", "DralensGpuIdle"]
 
 # Grafana's built-in range variables, with values that suit a run of a minute or two.
 BUILTINS = {"__rate_interval": "30s", "__interval": "10s", "__range": "10m"}
@@ -433,6 +435,7 @@ def main():
             "--demo-seed=7",
             "--demo-claim-interval=500ms",
             "--demo-pod-duration=5s",
+            "--utilization-interval=1s",
             "--demo-fault-after=5s"]
     log("starting", " ".join(argv))
     demo = Demo(argv, env)
