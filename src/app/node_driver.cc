@@ -301,13 +301,6 @@ void NodeDriver::Stop() {
   }
 }
 
-absl::Status NodeDriver::SampleUsageForTest() {
-  if (!usage_) {
-    return absl::FailedPreconditionError("utilisation sampling is off");
-  }
-  return usage_->SampleOnce();
-}
-
 absl::Status NodeDriver::Ready() const {
   if (!plugin_ || !publisher_) {
     return absl::UnavailableError("starting");

@@ -120,8 +120,6 @@ class NodeDriver {
   // One slice convergence pass now, as the publisher's loop runs it; for tests that must know
   // what the loop would publish without waiting for it.
   absl::StatusOr<driver::slices::SyncResult> SyncSlicesForTest() { return publisher_->Sync(); }
-  // One utilisation round now, as the sampler's loop runs it (tests and the demo).
-  absl::Status SampleUsageForTest();
   // The claim preparation (ledger, preparer); valid after Start() until destruction.
   driver::prepare::Preparation& preparation() { return *preparation_; }
 
