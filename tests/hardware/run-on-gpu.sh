@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every real-GPU check in one go, on a machine with an NVIDIA GPU and its driver (docs/hardware.md):
-# what NVML answers, what `dralens node` publishes from it, then the MIG lifecycle through the
-# kubelet socket. The GPU's MIG mode is put back as it was found, whatever happens.
+# what NVML answers, what `dralens node` publishes from it, utilisation sampling under load
+# (usage_on_gpu.py), then the MIG lifecycle through the kubelet socket. The GPU's MIG mode is put
+# back as it was found, whatever happens.
 #   tests/hardware/run-on-gpu.sh DRALENS_BINARY MIG_ON_GPU_TEST_BINARY OUT_DIR
 set -u
 dralens=$1 mig_on_gpu=$2 out=$3
@@ -24,6 +25,8 @@ python3 "$here/nvml_probe.py" >"$out/probe.txt" 2>&1
 echo "nvml_probe: exit $? ($(wc -l <"$out/probe.txt") lines in probe.txt)"
 timeout 150 python3 "$here/node_on_gpu.py" --dralens "$dralens" --out "$out/node" >"$out/node.txt" 2>&1
 echo "node_on_gpu: exit $?"; grep "^== " "$out/node.txt"
+timeout 240 python3 "$here/usage_on_gpu.py" --dralens "$dralens" --out "$out/usage" >"$out/usage.txt" 2>&1
+echo "usage_on_gpu: exit $?"; grep -E "^(PASS|FAIL|RESULT|==)" "$out/usage.txt"
 DRALENS_BINARY="$dralens" timeout 240 "$mig_on_gpu" >"$out/mig.txt" 2>&1
 echo "mig_on_gpu_test: exit $?"
 grep -vE "^ts=.*level=debug" "$out/mig.txt" | head -120
