@@ -40,7 +40,8 @@ OrphanDetector::OrphanDetector(OrphanDetectorOptions options, k8s::KubeClient& c
       orphaned_(telemetry::BuildGauge(registry, "dralens_node_orphaned_claims")),
       age_(telemetry::BuildGauge(registry, "dralens_node_orphaned_claim_age_seconds")),
       checks_(telemetry::BuildCounter(registry, "dralens_node_orphan_checks_total")),
-      unprepared_(telemetry::BuildCounter(registry, "dralens_node_orphans_unprepared_total")) {
+      unprepared_(telemetry::BuildCounter(registry, "dralens_node_orphans_unprepared_total")),
+      loop_(clock, options_.interval, options_.poll_interval, [this] { Check(); }) {
   for (const char* reason : kReasons) {
     orphaned_.Add({{"reason", reason}});
   }
@@ -209,50 +210,8 @@ std::vector<Orphan> OrphanDetector::Orphans() const {
   return out;
 }
 
-void OrphanDetector::Run() {
-  absl::MutexLock run_lock(&run_mu_);
-  if (thread_ != nullptr) {
-    return;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = false;
-  }
-  thread_ = std::make_unique<std::thread>([this] { Loop(); });
-}
+void OrphanDetector::Run() { loop_.Start(); }
 
-void OrphanDetector::Stop() {
-  absl::MutexLock run_lock(&run_mu_);
-  if (thread_ == nullptr) {
-    return;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  thread_->join();
-  thread_.reset();
-}
-
-void OrphanDetector::Loop() {
-  absl::Time next = clock_.Now();
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      for (;;) {
-        if (stop_) {
-          return;
-        }
-        const absl::Time now = clock_.Now();
-        if (now >= next) {
-          break;
-        }
-        mu_.AwaitWithTimeout(absl::Condition(&stop_), std::min(next - now, options_.poll_interval));
-      }
-    }
-    Check();
-    next = clock_.Now() + options_.interval;
-  }
-}
+void OrphanDetector::Stop() { loop_.Stop(); }
 
 }  // namespace dralens::driver::prepare

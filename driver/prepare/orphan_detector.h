@@ -35,7 +35,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -48,6 +47,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
+#include "src/common/periodic.h"
 #include "src/k8s/client.h"
 
 namespace dralens::driver::prepare {
@@ -102,7 +102,6 @@ class OrphanDetector {
   // error when the API server could not tell.
   absl::StatusOr<std::string> Judge(const std::string& uid, const CheckpointClaim& entry);
   void Export(const std::map<std::string, Orphan>& orphans, absl::Time now);
-  void Loop();
 
   const OrphanDetectorOptions options_;
   k8s::KubeClient& client_;
@@ -120,9 +119,7 @@ class OrphanDetector {
 
   mutable absl::Mutex mu_;
   std::map<std::string, Orphan> orphans_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex run_mu_;
-  std::unique_ptr<std::thread> thread_ ABSL_GUARDED_BY(run_mu_);
+  common::Periodic loop_;  // last: stopped (destroyed) before the state Check() uses
 };
 
 }  // namespace dralens::driver::prepare

@@ -1,6 +1,5 @@
 #include "driver/usage/usage_sampler.h"
 
-#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -33,10 +32,11 @@ UsageSampler::UsageSampler(discovery::UsageSource& source, model::UsageSink& sin
     : source_(source),
       sink_(sink),
       clock_(clock),
-      options_(options),
       ok_(telemetry::BuildCounter(registry, "dralens_usage_rounds_total").Add({{"result", "ok"}})),
       failed_(telemetry::BuildCounter(registry, "dralens_usage_rounds_total")
-                  .Add({{"result", "error"}})) {}
+                  .Add({{"result", "error"}})),
+      loop_(clock, options.interval, options.poll_interval,
+            [this] { SampleOnce().IgnoreError(); }) {}
 
 UsageSampler::~UsageSampler() { Stop(); }
 
@@ -52,50 +52,6 @@ absl::Status UsageSampler::SampleOnce() {
   sink_.ApplyUsage(ToUsageView(clock_.Now(), *devices));
   ok_.Increment();
   return absl::OkStatus();
-}
-
-void UsageSampler::Start() {
-  if (thread_ != nullptr) {
-    return;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = false;
-  }
-  thread_ = std::make_unique<std::thread>([this] { Loop(); });
-}
-
-void UsageSampler::Stop() {
-  if (thread_ == nullptr) {
-    return;
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  thread_->join();
-  thread_.reset();
-}
-
-void UsageSampler::Loop() {
-  absl::Time next = clock_.Now();
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      for (;;) {
-        if (stop_) {
-          return;
-        }
-        const absl::Time now = clock_.Now();
-        if (now >= next) {
-          break;
-        }
-        mu_.AwaitWithTimeout(absl::Condition(&stop_), std::min(next - now, options_.poll_interval));
-      }
-    }
-    SampleOnce().IgnoreError();
-    next = clock_.Now() + options_.interval;
-  }
 }
 
 }  // namespace dralens::driver::usage

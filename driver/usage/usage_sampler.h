@@ -7,12 +7,10 @@
 // A failed round (NVML unreadable) is logged and counted; the collector keeps the last round's
 // figures until a round succeeds, and a device missing from a successful round loses its series.
 //
-// Thread-safety: SampleOnce may be called from any thread; rounds are serialised. Start and Stop
-// from one thread.
+// Thread-safety: every method may be called from any thread; rounds are serialised.
 #pragma once
 
-#include <memory>
-#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -22,6 +20,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
+#include "src/common/periodic.h"
 #include "src/model/usage.h"
 
 namespace dralens::driver::usage {
@@ -47,23 +46,18 @@ class UsageSampler {
   // One round now: sample, then hand it to the sink. The source's error when it fails.
   absl::Status SampleOnce();
   // A round at once, then one every interval, on a thread of its own.
-  void Start();
-  void Stop();  // idempotent; waits for a round in progress
+  void Start() { loop_.Start(); }
+  void Stop() { loop_.Stop(); }  // idempotent; waits for a round in progress
 
  private:
-  void Loop();
-
   discovery::UsageSource& source_;
   model::UsageSink& sink_;
   common::Clock& clock_;
-  const UsageSamplerOptions options_;
   prometheus::Counter& ok_;
   prometheus::Counter& failed_;
 
-  absl::Mutex round_mu_;  // serialises rounds
-  absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::unique_ptr<std::thread> thread_;
+  absl::Mutex round_mu_;   // serialises rounds
+  common::Periodic loop_;  // last: stopped (destroyed) first
 };
 
 }  // namespace dralens::driver::usage
