@@ -35,6 +35,7 @@
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testing/eventually.h"
 #include "tests/testing/kubeconfig.h"
 
 namespace dralens::testing {
@@ -141,6 +142,13 @@ class NodeHarness {
         std::regex_search(out, m, std::regex(R"(serving metrics"? address=\S+ port=(\d+))")))
         << out;
     metrics_port_ = std::stoi(m[1]);
+    // The plugin logs that it serves just before the node role hands its driver to the metrics
+    // endpoints: until then /debug/claims answers "starting". A started node has both.
+    ASSERT_TRUE(Eventually([&] {
+      httplib::Client c("127.0.0.1", metrics_port_);
+      auto res = c.Get("/debug/claims");
+      return res && !absl::StrContains(res->body, "\"starting\"");
+    })) << node_->Output();
   }
 
   // Runs `dralens node ...` as Start() does, but for a node that must refuse to start: waits
