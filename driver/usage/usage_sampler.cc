@@ -20,7 +20,6 @@ model::UsageView ToUsageView(absl::Time at, const std::vector<discovery::DeviceU
     view.devices.push_back(model::DeviceUsageSample{.uuid = d.uuid,
                                                     .utilization = d.utilization,
                                                     .memory_used_bytes = d.memory_used_bytes,
-                                                    .memory_total_bytes = d.memory_total_bytes,
                                                     .method = std::string(ToString(d.method))});
   }
   return view;

@@ -15,22 +15,24 @@ UsageMetrics UsageMetrics::Create(prometheus::Registry& registry) {
 }
 
 void UsageCollector::Apply(const model::NodeView& view) {
-  names_.clear();
-  if (view.layout != nullptr) {
-    for (const model::NodeDevice& d : view.layout->devices) {
-      names_[d.uuid] = d.name;
+  // Views come with every claim change; the layout (shared between views) rarely changes.
+  if (view.layout != layout_) {
+    layout_ = view.layout;
+    names_.clear();
+    std::set<std::string> named;
+    if (layout_ != nullptr) {
+      for (const model::NodeDevice& d : layout_->devices) {
+        names_[d.uuid] = d.name;
+        named.insert(d.name);
+      }
     }
-  }
-  std::set<std::string> named;
-  for (const auto& [uuid, name] : names_) {
-    named.insert(name);
-  }
-  for (auto it = devices_.begin(); it != devices_.end();) {
-    auto next = std::next(it);
-    if (!named.contains(it->first)) {
-      DropDevice(it->first);
+    for (auto it = devices_.begin(); it != devices_.end();) {
+      auto next = std::next(it);
+      if (!named.contains(it->first)) {
+        DropDevice(it->first);
+      }
+      it = next;
     }
-    it = next;
   }
   claims_ = view.claims;
   std::set<std::string> uids;

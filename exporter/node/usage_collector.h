@@ -65,7 +65,8 @@ class UsageCollector {
 
   UsageMetrics& metrics_;
   const double idle_threshold_;
-  std::map<std::string, std::string> names_;  // device UUID -> device name
+  std::shared_ptr<const model::NodeLayout> layout_;  // the one names_ was built from
+  std::map<std::string, std::string> names_;         // device UUID -> device name
   std::vector<model::PreparedClaim> claims_;
   std::map<std::string, DeviceSeries> devices_;  // by device name
   std::map<std::string, ClaimIdle> idle_;        // by claim UID

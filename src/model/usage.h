@@ -17,7 +17,6 @@ struct DeviceUsageSample {
   // 0..1; nullopt when the device has no utilisation figure this round.
   std::optional<double> utilization;
   std::optional<uint64_t> memory_used_bytes;
-  uint64_t memory_total_bytes = 0;
   std::string method;  // "device_utilization", "gpm" or "memory_only"
 
   bool operator==(const DeviceUsageSample&) const = default;

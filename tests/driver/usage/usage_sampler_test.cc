@@ -87,7 +87,6 @@ TEST(UsageSamplerTest, ARoundReachesTheSinkWithItsTimeAndMethod) {
   EXPECT_EQ(views[0].devices[0], (model::DeviceUsageSample{.uuid = "GPU-a",
                                                            .utilization = 0.25,
                                                            .memory_used_bytes = 7,
-                                                           .memory_total_bytes = 80,
                                                            .method = "device_utilization"}));
   EXPECT_EQ(Rounds(registry, "ok"), 1);
 }

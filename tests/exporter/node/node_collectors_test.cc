@@ -180,7 +180,6 @@ model::DeviceUsageSample Used(const std::string& uuid, std::optional<double> uti
   return model::DeviceUsageSample{.uuid = uuid,
                                   .utilization = utilization,
                                   .memory_used_bytes = memory_used,
-                                  .memory_total_bytes = 80ull << 30,
                                   .method = utilization ? "device_utilization" : "memory_only"};
 }
 
