@@ -19,6 +19,7 @@
 #include "prometheus/registry.h"
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
+#include "tests/testing/time_scale.h"
 
 namespace dralens::k8s {
 namespace {
@@ -27,7 +28,7 @@ using sim::ApiServer;
 using sim::ApiServerOptions;
 using sim::FaultRule;
 
-constexpr absl::Duration kDeadline = absl::Seconds(10);
+const absl::Duration kDeadline = dralens::testing::Scaled(absl::Seconds(10));
 
 nlohmann::json Node(const std::string& name, const std::string& color = "blue") {
   return {{"apiVersion", "v1"},
@@ -128,8 +129,8 @@ class InformerTest : public ::testing::Test {
   std::unique_ptr<RestClient> NewClient() {
     RestConfig config;
     config.server = server_->url();
-    config.request_timeout = absl::Seconds(1);
-    config.connect_timeout = absl::Seconds(1);
+    config.request_timeout = dralens::testing::Scaled(absl::Seconds(1));
+    config.connect_timeout = dralens::testing::Scaled(absl::Seconds(1));
     RestClientOptions options;
     options.metrics = metrics_.get();
     options.retry.initial_backoff = absl::Milliseconds(5);
@@ -378,15 +379,16 @@ TEST_P(InformerFaultTest, RelistsWhenHistoryIsCompacted) {
 
 TEST_P(InformerFaultTest, ConvergesThroughSlowResponses) {
   Churn("a-");
-  // Longer than the client's 1 s request timeout: the first list times out and is retried.
+  // Longer than the client's request timeout (1 s, scaled): the first list times out and is
+  // retried.
   FaultRule slow;
   slow.kind = FaultRule::Kind::kSlow;
   slow.verb = "list";
   slow.resource = "nodes";
-  slow.delay = absl::Milliseconds(1500);
+  slow.delay = dralens::testing::Scaled(absl::Milliseconds(1500));
   server_->InjectFault(slow);
   slow.verb = "watch";
-  slow.delay = absl::Milliseconds(300);
+  slow.delay = dralens::testing::Scaled(absl::Milliseconds(300));
   slow.times = 3;
   server_->InjectFault(slow);
   StartInformer();
