@@ -29,6 +29,8 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
       stranded_seconds_(text_series_->AddCounter("dralens_cluster_stranded_gpu_seconds_total")),
       stranded_cost_(text_series_->AddCounter("dralens_cluster_stranded_cost_total")),
       mig_placeable_(text_series_->AddGauge("dralens_cluster_mig_placeable")),
+      held_seconds_(telemetry::BuildCounter(registry, "dralens_cluster_gpu_seconds_total")),
+      held_cost_(telemetry::BuildCounter(registry, "dralens_cluster_cost_total")),
       tracer_(tracer),
       prices_(std::move(options.prices)),
       clock_(options.clock != nullptr ? *options.clock : common::RealClock()) {
@@ -235,6 +237,9 @@ void Analyzer::Tick() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
   for (auto& [labels, series] : stranded_) {
+    Accrue(*series, now);
+  }
+  for (auto& [labels, series] : held_) {
     Accrue(*series, now);
   }
   for (const Key& key : pending_) {

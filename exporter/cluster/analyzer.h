@@ -5,7 +5,8 @@
 // changed, and the pending claims whose verdict could have moved. A scrape renders series that
 // are already set (dralens_cluster_* in the registry given to the constructor, and the
 // per-claim age series in ObjectSeriesCollectable()); nothing is computed at scrape time. Tick()
-// (called periodically) refreshes pending ages and accrues the stranded GPU-seconds and their cost;
+// (called periodically) refreshes pending ages and accrues the stranded and held GPU-seconds
+// and their cost;
 // accrual also happens whenever a series changes, so the counters are exact at every event.
 //
 // How things are decided:
@@ -191,6 +192,10 @@ class Analyzer {
       const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& before,
       const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the fleet's held GPUs from a node's old tally to its new one, accruing first.
+  void UpdateHeld(const std::map<std::vector<std::string>, double>& before,
+                  const std::map<std::vector<std::string>, double>& after, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The physical GPUs of a node, in GPU-equivalents by state and stranded kind.
   GpuTally TallyGpus(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The holders of a device and the share of it each holds (summing to at most 1).
@@ -216,6 +221,9 @@ class Analyzer {
   telemetry::TextFamily<prometheus::Counter>& stranded_seconds_;
   telemetry::TextFamily<prometheus::Counter>& stranded_cost_;
   telemetry::TextFamily<prometheus::Gauge>& mig_placeable_;
+  // Showback: a series per (namespace, class, usage state), fleet-wide.
+  prometheus::Family<prometheus::Counter>& held_seconds_;
+  prometheus::Family<prometheus::Counter>& held_cost_;
   telemetry::Tracer& tracer_;
   const PriceTable prices_;
   common::Clock& clock_;
@@ -285,6 +293,10 @@ class Analyzer {
   std::unordered_map<std::string, std::unique_ptr<NodeAggregate>> node_aggregates_
       ABSL_GUARDED_BY(mu_);
   std::map<std::vector<std::string>, std::unique_ptr<Series>> stranded_ ABSL_GUARDED_BY(mu_);
+  // What claims hold, fleet-wide, by (namespace, class, product, usage state): the GPUs summed
+  // over nodes, accrued into dralens_cluster_gpu_seconds_total and _cost_total (the product
+  // sets the price; the exported series sum over it).
+  std::map<std::vector<std::string>, std::unique_ptr<Series>> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dralens::exporter::cluster

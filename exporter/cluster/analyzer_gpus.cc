@@ -256,6 +256,12 @@ Analyzer::GpuTally Analyzer::TallyGpus(const std::string& node) {
     };
     double allocated = 0;
     for (const Held& h : held) {
+      if (h.gpus > 0) {
+        // Showback counts what a claim holds whether or not its device is usable now.
+        tally.held[{h.claim->ns, *h.device_class, product,
+                    h.claim->state == ClaimState::kInUse ? "in_use" : "allocated_not_running"}] +=
+            h.gpus;
+      }
       if (h.unavailable) {
         add_gpus(kUnavailable, h.gpus);
         add_stranded(StrandedKind::kAdvertisedUnhealthy, *h.device_class, h.gpus);
@@ -368,7 +374,41 @@ void Analyzer::RecomputeNode(const std::string& node) {
   for (const auto& [labels, value] : tally.stranded) {
     agg.stranded.insert(labels);
   }
+  UpdateHeld(agg.held, tally.held, now);
+  agg.held = std::move(tally.held);
   RecomputePlaceable(node);
+}
+
+void Analyzer::UpdateHeld(const std::map<std::vector<std::string>, double>& before,
+                          const std::map<std::vector<std::string>, double>& after, absl::Time now) {
+  std::map<std::vector<std::string>, double> delta;
+  for (const auto& [labels, gpus] : before) {
+    delta[labels] -= gpus;
+  }
+  for (const auto& [labels, gpus] : after) {
+    delta[labels] += gpus;
+  }
+  for (const auto& [labels, change] : delta) {
+    if (change == 0) {
+      continue;
+    }
+    std::unique_ptr<Series>& s = held_[labels];
+    if (s == nullptr) {
+      // The counters are per (namespace, class, state); several products add to the same ones.
+      s = std::make_unique<Series>();
+      prometheus::Labels l = {
+          {"namespace", labels[0]}, {"device_class", labels[1]}, {"state", labels[3]}};
+      s->seconds = &held_seconds_.Add(l);
+      s->cost = &held_cost_.Add(l);
+      s->price_per_second = prices_.PriceOf(labels[1], labels[2]) / 3600.0;
+      s->last = now;
+    }
+    Accrue(*s, now);
+    s->gpus = std::max(0.0, s->gpus + change);
+    if (s->gpus < kEpsilon) {
+      s->gpus = 0;  // what float sums leave of a claim that is gone
+    }
+  }
 }
 
 void Analyzer::UpdatePoolTotals(

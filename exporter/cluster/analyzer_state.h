@@ -123,7 +123,8 @@ struct Analyzer::NodeAggregate {
   std::map<std::vector<std::string>, std::array<int, kPoolStates>> pool;
   std::map<std::vector<std::string>, prometheus::Gauge*> gpu_gauges;  // driver, product, state
   std::set<std::vector<std::string>> stranded;                        // kind, product, class
-  std::map<std::vector<std::string>, prometheus::Gauge*> placeable;   // gpu, profile
+  std::map<std::vector<std::string>, double> held;  // namespace, class, product, usage state
+  std::map<std::vector<std::string>, prometheus::Gauge*> placeable;  // gpu, profile
 };
 
 struct Analyzer::PendingShape {
@@ -141,6 +142,9 @@ struct Analyzer::LeafCounts {
 struct Analyzer::GpuTally {
   std::map<std::vector<std::string>, double> gpus;      // driver, product, state
   std::map<std::vector<std::string>, double> stranded;  // kind, product, class
+  // GPU-equivalents held by claims: namespace, class, product, usage state (in_use while a
+  // reserving pod runs, else allocated_not_running).
+  std::map<std::vector<std::string>, double> held;
 };
 
 }  // namespace dralens::exporter::cluster

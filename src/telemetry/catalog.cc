@@ -432,6 +432,22 @@ std::vector<MetricSpec> BuildCatalog() {
        "product the fleet publishes devices of; a MIG instance or share costs its fraction. Rules "
        "join it to the node's idle claims to price idle time.",
        S::kAlpha},
+      {"dralens_cluster_gpu_seconds_total",
+       K::kCounter,
+       {"namespace", "device_class", "state"},
+       "cluster",
+       "GPU-seconds held by the claims of each namespace and DeviceClass (of the request each "
+       "device was allocated for), in GPU-equivalents of dralens_cluster_gpus: in_use while a "
+       "reserving pod runs, else allocated_not_running. Idle time is not known here; rules join "
+       "the node's dralens_node_claim_idle_gpus.",
+       S::kAlpha},
+      {"dralens_cluster_cost_total",
+       K::kCounter,
+       {"namespace", "device_class", "state"},
+       "cluster",
+       "Cost of dralens_cluster_gpu_seconds_total at the price per GPU-hour of the class, else "
+       "the product, else the default, in the price's currency.",
+       S::kAlpha},
       {"dralens_cluster_mig_placeable",
        K::kGauge,
        {"node", "gpu", "profile"},

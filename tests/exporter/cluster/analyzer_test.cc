@@ -398,6 +398,17 @@ TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
   EXPECT_EQ(Get("dralens_cluster_pending_claim_age_seconds",
                 {{"namespace", "team"}, {"claim", "nocap"}, {"reason", "no_capacity"}}),
             60);
+  // Showback: what each namespace's claims held, by the class of their request and by state.
+  auto held = [&](const std::string& family, const std::string& cls, const std::string& state) {
+    return Get(family, {{"namespace", "team"}, {"device_class", cls}, {"state", state}});
+  };
+  const std::string held_seconds = "dralens_cluster_gpu_seconds_total";
+  const std::string held_cost = "dralens_cluster_cost_total";
+  EXPECT_DOUBLE_EQ(held(held_seconds, "gpu", "in_use"), 60);
+  EXPECT_DOUBLE_EQ(held(held_cost, "gpu", "in_use"), 60 * 3.6 / 3600);
+  EXPECT_DOUBLE_EQ(held(held_seconds, "mig", "allocated_not_running"), 60 * 3.0 / 7);
+  EXPECT_DOUBLE_EQ(held(held_cost, "mig", "allocated_not_running"), 60 * 3.0 / 7 * 7.2 / 3600);
+  EXPECT_EQ(held(held_seconds, "mig", "in_use"), -1);
 
   // The idle pod starts: allocated_not_running ends, and stops accruing.
   auto patched = client_->MergePatch(k8s::kPods, "team", "p-idle",
@@ -409,6 +420,11 @@ TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
   analyzer_->Tick();
   EXPECT_DOUBLE_EQ(stranded(seconds, "allocated_not_running", "node-b", "A100", "mig"),
                    60 * 3.0 / 7);
+  // Its team's showback moves from allocated_not_running to in_use.
+  EXPECT_DOUBLE_EQ(held(held_seconds, "mig", "allocated_not_running"), 60 * 3.0 / 7);
+  EXPECT_DOUBLE_EQ(held(held_seconds, "mig", "in_use"), 30 * 3.0 / 7);
+  EXPECT_DOUBLE_EQ(held(held_cost, "mig", "in_use"), 30 * 3.0 / 7 * 7.2 / 3600);
+  EXPECT_DOUBLE_EQ(held(held_seconds, "gpu", "in_use"), 90);
 
   // `waiting` is allocated 90 s after it was created: one latency observation.
   nlohmann::json fresh = *client_->Get(k8s::kResourceClaims, "team", "waiting");

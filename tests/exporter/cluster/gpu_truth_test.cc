@@ -468,6 +468,48 @@ TEST_P(GpuTruthTest, PhysicalCountsStrandedBoundsAndCost) {
     const double price = prices->PriceOf(s.labels.at("device_class"), s.labels.at("product"));
     EXPECT_NEAR(s.value, gpu_seconds * price / 3600, 1e-9);
   }
+
+  // Showback: what claims held over the ten minutes is every allocated GPU-equivalent, plus the
+  // held parts that are unavailable now; never the free ones. allocated_not_running covers at
+  // least what is stranded as such (which leaves out the unavailable parts).
+  double allocated = 0, unavailable = 0, not_running_stranded = 0;
+  for (const auto& [key, states] : by_product_state) {
+    allocated += states.count("allocated") > 0 ? states.at("allocated") : 0;
+    unavailable += states.count("unavailable") > 0 ? states.at("unavailable") : 0;
+  }
+  for (const auto& [labels, value] : gauges) {
+    if (labels.at("kind") == "allocated_not_running") {
+      not_running_stranded += value;
+    }
+  }
+  std::map<std::map<std::string, std::string>, double> held;
+  double held_total = 0, held_not_running = 0;
+  for (const Sample& s :
+       Collect(testing::Exported(registry, analyzer), "dralens_cluster_gpu_seconds_total")) {
+    EXPECT_GE(s.value, 0);
+    held[s.labels] = s.value;
+    held_total += s.value;
+    if (s.labels.at("state") == "allocated_not_running") {
+      held_not_running += s.value;
+    } else {
+      EXPECT_EQ(s.labels.at("state"), "in_use");
+    }
+  }
+  EXPECT_GE(held_total, allocated * 600 - 1e-6);
+  EXPECT_LE(held_total, (allocated + unavailable) * 600 + 1e-6);
+  EXPECT_GE(held_not_running, not_running_stranded * 600 - 1e-6);
+  // Cost: the class's price where the class has one, else between the products' prices.
+  for (const Sample& s :
+       Collect(testing::Exported(registry, analyzer), "dralens_cluster_cost_total")) {
+    ASSERT_EQ(held.count(s.labels), 1u);
+    const double gpu_seconds = held[s.labels];
+    if (s.labels.at("device_class") == "mig") {
+      EXPECT_NEAR(s.value, gpu_seconds * 0.8 / 3600, 1e-9);
+    } else {
+      EXPECT_GE(s.value, gpu_seconds * 1.5 / 3600 - 1e-9);
+      EXPECT_LE(s.value, gpu_seconds * 4.0 / 3600 + 1e-9);
+    }
+  }
 }
 
 // Series of the derived families that are not zero, for comparing two analyzers.
