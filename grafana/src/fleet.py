@@ -116,6 +116,40 @@ DASHBOARD = dashboard(
                 [("max by (instance) (dralens_cluster_leader{S})",
                   "{{instance}}")]),
         ]),
+        row("Cost by team", [
+            timeseries("Cost per hour by namespace",
+                "What the GPUs each namespace's claims hold cost per hour, at the configured "
+                "price per GPU-hour, in GPU-equivalents (rate of dralens_cluster_cost_total "
+                "times 3600).",
+                [("sum by (namespace) "
+                  "(rate(dralens_cluster_cost_total{S}[$__rate_interval])) * 3600",
+                  "{{namespace}}")],
+                unit="none",
+                stack=True),
+            timeseries("GPUs held by namespace and state",
+                "GPU-equivalents held by each namespace's claims: in_use while a reserving pod "
+                "runs, else allocated_not_running (rate of dralens_cluster_gpu_seconds_total).",
+                [("sum by (namespace, state) "
+                  "(rate(dralens_cluster_gpu_seconds_total{S}[$__rate_interval]))",
+                  "{{namespace}} {{state}}")],
+                stack=True),
+            table("Cost by namespace and class in range",
+                "Cost of the GPU-seconds held over the dashboard's time range per namespace, "
+                "DeviceClass and state (dralens_cluster_cost_total).",
+                "sum by (namespace, device_class, state) "
+                "(increase(dralens_cluster_cost_total{S}[$__range]))",
+                "Cost",
+                columns={"namespace": "Namespace", "device_class": "Class", "state": "State"},
+                unit="none"),
+            table("GPU-hours by namespace and class in range",
+                "GPU-hours held over the dashboard's time range per namespace, DeviceClass and "
+                "state (dralens_cluster_gpu_seconds_total).",
+                "sum by (namespace, device_class, state) "
+                "(increase(dralens_cluster_gpu_seconds_total{S}[$__range])) / 3600",
+                "GPU-hours",
+                columns={"namespace": "Namespace", "device_class": "Class", "state": "State"},
+                unit="h"),
+        ]),
         self_monitoring(),
     ],
 )

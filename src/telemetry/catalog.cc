@@ -438,8 +438,8 @@ std::vector<MetricSpec> BuildCatalog() {
        "cluster",
        "GPU-seconds held by the claims of each namespace and DeviceClass (of the request each "
        "device was allocated for), in GPU-equivalents of dralens_cluster_gpus: in_use while a "
-       "reserving pod runs, else allocated_not_running. Idle time is not known here; rules join "
-       "the node's dralens_node_claim_idle_gpus.",
+       "reserving pod runs, else allocated_not_running. Whether the GPU computes is measured "
+       "on the nodes (dralens_node_claim_idle_seconds), not here.",
        S::kAlpha},
       {"dralens_cluster_cost_total",
        K::kCounter,

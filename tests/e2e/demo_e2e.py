@@ -345,6 +345,19 @@ def fleet_headline_problems(prom):
         return f"stranded advertised_unhealthy GPUs: {unhealthy}"
     if (stats["Stranded GPUs"] or 0) > DEMO_GPUS:
         return f"Fleet stranded GPUs stat {stats['Stranded GPUs']} exceeds the GPUs"
+    return showback_problems(prom)
+
+
+def showback_problems(prom):
+    """"" when every namespace with a claim in use is billed for it, else why not."""
+    in_use = {r["metric"]["namespace"] for r in prom.query(
+        'sum by (namespace) (dralens_cluster_claims{state="in_use"}) > 0')}
+    billed = {r["metric"]["namespace"] for r in prom.query(
+        'sum by (namespace) (dralens_cluster_cost_total{state="in_use"}) > 0')}
+    if not in_use:
+        return "no claim is in use"
+    if in_use - billed:
+        return f"namespaces with claims in use but no in_use cost: {sorted(in_use - billed)}"
     return ""
 
 
