@@ -39,6 +39,9 @@ json EncodeDevice(const CheckpointDevice& d) {
   }
   out["type"] = std::string(model::ToString(d.type));
   out["uuid"] = d.uuid;
+  if (!d.device_class.empty()) {
+    out["deviceClass"] = d.device_class;
+  }
   if (d.dynamic_mig.has_value()) {
     json mig = {{"parentUUID", d.dynamic_mig->parent_uuid},
                 {"profile", d.dynamic_mig->profile},
@@ -154,6 +157,7 @@ absl::StatusOr<CheckpointDevice> DecodeDevice(const json& d, const std::string& 
     out.type = *parsed;
   }
   ASSIGN_OR_RETURN(out.uuid, Str(d, path, "uuid", /*required=*/false));
+  ASSIGN_OR_RETURN(out.device_class, Str(d, path, "deviceClass", /*required=*/false));
   if (auto it = d.find("dynamicMig"); it != d.end()) {
     const std::string mig_path = path + ".dynamicMig";
     if (!it->is_object()) {

@@ -77,6 +77,9 @@ struct CheckpointDevice {
   std::optional<std::string> share_id;
   model::DeviceType type = model::DeviceType::kGpu;  // "gpu" | "mig"; absent in a file: gpu
   std::string uuid;  // GPU-... or MIG-...; for dynamic MIG, set once the instance exists
+  // The DeviceClass of the request (or subrequest) the device was allocated for; what the
+  // node prices its idle time by. Absent in files written before it was kept: "".
+  std::string device_class = {};
 
   // A MIG instance this node creates for the claim (dynamic MIG). The intent (parent, profile,
   // placement) is recorded in PrepareStarted, before the instance is created, so that a crash

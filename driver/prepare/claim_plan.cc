@@ -77,6 +77,25 @@ std::string StripSubRequest(absl::string_view request) {
   return std::string(slash == absl::string_view::npos ? request : request.substr(0, slash));
 }
 
+std::string RequestClass(const model::ResourceClaim& claim, absl::string_view request) {
+  const size_t slash = request.find('/');
+  const absl::string_view name = request.substr(0, slash);
+  for (const model::DeviceRequest& r : claim.spec.devices.requests) {
+    if (r.name != name) {
+      continue;
+    }
+    if (slash == absl::string_view::npos) {
+      return r.exactly.has_value() ? r.exactly->device_class_name : "";
+    }
+    for (const model::DeviceSubRequest& sub : r.first_available) {
+      if (sub.name == request.substr(slash + 1)) {
+        return sub.device_class_name;
+      }
+    }
+  }
+  return "";
+}
+
 absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::string_view driver,
                                     absl::string_view pool,
                                     const std::map<std::string, OwnedDevice>& devices,
@@ -120,6 +139,7 @@ absl::StatusOr<ClaimPlan> PlanClaim(const model::ResourceClaim& claim, absl::str
     d.share_id = r.share_id;
     d.type = owned.type;
     d.uuid = owned.uuid;
+    d.device_class = RequestClass(claim, r.request);
     if (owned.dynamic.has_value()) {
       d.dynamic_mig =
           CheckpointDevice::DynamicMig{.parent_uuid = owned.dynamic->parent_uuid,

@@ -63,6 +63,10 @@ struct ClaimPlan {
   std::vector<std::optional<common::Quantity>> consumed_memory;
 };
 
+// The DeviceClass of an allocation result's request ("req" or "req/sub") in the claim's spec;
+// "" when the spec does not name it.
+std::string RequestClass(const model::ResourceClaim& claim, absl::string_view request);
+
 // Selects the allocation results for `driver` in `pool`, resolves each device against
 // `devices` and computes the answer and the CDI spec. Errors (FailedPrecondition) name the
 // claim: not allocated, a result for our driver in another pool (our pools are node-local, so

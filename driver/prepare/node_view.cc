@@ -1,5 +1,6 @@
 #include "driver/prepare/node_view.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -47,6 +48,42 @@ model::NodeLayout LayoutOf(const model::Inventory& inventory) {
   return layout;
 }
 
+double GpuFraction(const CheckpointDevice& d, const model::Inventory& inventory) {
+  if (d.type == model::DeviceType::kGpu) {
+    const model::GpuInfo* gpu = inventory.FindGpuByUuid(d.uuid);
+    if (d.sharing.has_value() && d.sharing->consumed_memory.has_value() && gpu != nullptr &&
+        gpu->memory_bytes > 0) {
+      const double share = static_cast<double>(d.sharing->consumed_memory->Value()) /
+                           static_cast<double>(gpu->memory_bytes);
+      return std::clamp(share, 0.0, 1.0);
+    }
+    return 1;
+  }
+  if (d.dynamic_mig.has_value()) {
+    // A placement of a partitionable GPU: its memory slices over the GPU's.
+    const model::GpuInfo* parent = inventory.FindGpuByUuid(d.dynamic_mig->parent_uuid);
+    const model::MigProfile* profile =
+        parent != nullptr ? parent->FindMigProfile(d.dynamic_mig->profile) : nullptr;
+    if (profile == nullptr || parent->memory_slices == 0) {
+      return 0;
+    }
+    return static_cast<double>(profile->memory_slices) / parent->memory_slices;
+  }
+  // A static MIG device: its memory slices over those of every instance of its parent, as the
+  // cluster divides a GPU among the instances published.
+  const model::MigDevice* mig = inventory.FindMigDeviceByUuid(d.uuid);
+  if (mig == nullptr) {
+    return 0;
+  }
+  uint32_t all = 0;
+  for (const model::MigDevice& other : inventory.mig_devices()) {
+    if (other.parent_uuid == mig->parent_uuid) {
+      all += other.profile.memory_slices;
+    }
+  }
+  return all == 0 ? 0 : static_cast<double>(mig->profile.memory_slices) / all;
+}
+
 std::vector<model::PreparedClaim> PreparedClaimsOf(const Checkpoint& checkpoint,
                                                    const model::Inventory& inventory) {
   std::vector<model::PreparedClaim> out;
@@ -62,7 +99,10 @@ std::vector<model::PreparedClaim> PreparedClaimsOf(const Checkpoint& checkpoint,
                                 .type = d.type,
                                 .uuid = d.uuid,
                                 .gpu_uuid = d.uuid,
-                                .gpu_instance_id = std::nullopt};
+                                .gpu_instance_id = std::nullopt,
+                                .device_class = d.device_class,
+                                .product = "",
+                                .gpus = 0};
       if (d.type == model::DeviceType::kMig) {
         device.gpu_uuid = "";
         if (d.dynamic_mig.has_value()) {
@@ -73,6 +113,10 @@ std::vector<model::PreparedClaim> PreparedClaimsOf(const Checkpoint& checkpoint,
           device.gpu_instance_id = mig->gi_id;
         }
       }
+      if (const model::GpuInfo* gpu = inventory.FindGpuByUuid(device.gpu_uuid)) {
+        device.product = gpu->product_name;
+      }
+      device.gpus = GpuFraction(d, inventory);
       prepared.devices.push_back(std::move(device));
     }
     out.push_back(std::move(prepared));

@@ -30,6 +30,10 @@ namespace dralens::driver::prepare {
 model::NodeLayout LayoutOf(const model::Inventory& inventory);
 // The PrepareCompleted claims of `checkpoint` with the DCGM keys of their devices (looked up in
 // `inventory` for MIG devices that were not created by this node). Pure.
+// The fraction of its physical GPU a checkpointed device holds (see model::ClaimDevice::gpus);
+// 0 for a device the inventory does not know.
+double GpuFraction(const CheckpointDevice& d, const model::Inventory& inventory);
+
 std::vector<model::PreparedClaim> PreparedClaimsOf(const Checkpoint& checkpoint,
                                                    const model::Inventory& inventory);
 

@@ -58,6 +58,13 @@ struct ClaimDevice {
   // MIG device) and, for a MIG device, its GPU instance id.
   std::string gpu_uuid;
   std::optional<uint32_t> gpu_instance_id;
+  // What the claim holds, for pricing: the DeviceClass of its request ("" when unknown), the
+  // GPU's product, and the fraction of the physical GPU the claim holds (1 for a GPU; a MIG
+  // instance's memory slices over its GPU's; a consumable share's memory over the GPU's),
+  // counted as the cluster role counts GPU-equivalents.
+  std::string device_class = {};
+  std::string product = {};
+  double gpus = 0;
 
   bool operator==(const ClaimDevice&) const = default;
 };

@@ -37,7 +37,8 @@ Checkpoint Sample() {
                                        .cdi_device_ids = {"k8s.gpu.dralens.dev/claim=uid-a-gpu-0"},
                                        .share_id = std::nullopt,
                                        .type = model::DeviceType::kGpu,
-                                       .uuid = "GPU-0"});
+                                       .uuid = "GPU-0",
+                                       .device_class = "gpu.dralens.dev"});
   CheckpointClaim b;
   b.state = ClaimState::kPrepareStarted;
   b.namespace_name = "ml";

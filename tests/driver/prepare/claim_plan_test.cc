@@ -128,6 +128,41 @@ TEST(PlanClaimTest, OurResultsBecomeDevicesAndASpec) {
   EXPECT_THAT(plan->cdi_inputs, SizeIs(2));
 }
 
+TEST(RequestClassTest, TheClassOfTheRequestOrSubrequest) {
+  model::ResourceClaim claim = Claim({});
+  model::DeviceRequest exact;
+  exact.name = "small";
+  exact.exactly.emplace();
+  exact.exactly->device_class_name = "mig.dralens.dev";
+  model::DeviceRequest first;
+  first.name = "gpu";
+  for (const char* sub : {"big", "any"}) {
+    model::DeviceSubRequest r;
+    r.name = sub;
+    r.device_class_name = std::string(sub) == "big" ? "h100" : "gpu";
+    first.first_available.push_back(r);
+  }
+  claim.spec.devices.requests = {exact, first};
+  EXPECT_EQ(RequestClass(claim, "small"), "mig.dralens.dev");
+  EXPECT_EQ(RequestClass(claim, "gpu/any"), "gpu");
+  EXPECT_EQ(RequestClass(claim, "gpu/big"), "h100");
+  EXPECT_EQ(RequestClass(claim, "gpu/gone"), "");
+  EXPECT_EQ(RequestClass(claim, "gpu"), "");
+  EXPECT_EQ(RequestClass(claim, "nic"), "");
+
+  // The plan keeps it with each device.
+  const model::Inventory inventory = Inventory();
+  claim.status.allocation.emplace();
+  claim.status.allocation->devices.results = {
+      Result("gpu/any", "gpu-1"),
+      Result("small", slices::MigDeviceName(inventory.mig_devices()[0]))};
+  absl::StatusOr<ClaimPlan> plan = PlanClaim(claim, kDriver, kPool, IndexDevices(inventory), {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_THAT(plan->devices, SizeIs(2));
+  EXPECT_EQ(plan->devices[0].device_class, "gpu");
+  EXPECT_EQ(plan->devices[1].device_class, "mig.dralens.dev");
+}
+
 TEST(PlanClaimTest, ADynamicMigClaimGetsItsSpecOnceTheInstanceExists) {
   const model::Inventory inventory = Inventory();
   std::map<std::string, OwnedDevice> devices = IndexDevices(inventory, /*dynamic_mig=*/true);

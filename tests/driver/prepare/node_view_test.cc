@@ -194,5 +194,51 @@ TEST(PreparedClaimsOfTest, OnlyCompletedClaimsWithTheirDcgmKeys) {
   EXPECT_EQ(claims[0].devices[2].gpu_instance_id, 5u);
 }
 
+// What a claim holds of its GPU, counted as the cluster role counts GPU-equivalents.
+TEST(GpuFractionTest, WholeSharedStaticAndDynamicParts) {
+  auto profile = discovery::ParseSimulatedProfileJson(kProfile);
+  ASSERT_TRUE(profile.ok());
+  auto source = discovery::SimulatedDeviceSource::Create(*profile, kNode);
+  ASSERT_TRUE(source.ok());
+  auto inventory = (*source)->Discover();
+  ASSERT_TRUE(inventory.ok());
+  const model::GpuInfo* whole_gpu = nullptr;
+  for (const model::GpuInfo& gpu : inventory->gpus()) {
+    if (!gpu.mig_enabled()) {
+      whole_gpu = &gpu;
+    }
+  }
+  ASSERT_NE(whole_gpu, nullptr);
+  const model::MigDevice& mig = inventory->mig_devices().at(0);
+
+  CheckpointDevice whole;
+  whole.type = model::DeviceType::kGpu;
+  whole.uuid = whole_gpu->uuid;
+  EXPECT_EQ(GpuFraction(whole, *inventory), 1);
+  // A consumable share: its memory over the GPU's.
+  CheckpointDevice share = whole;
+  share.sharing = CheckpointDevice::Sharing{};
+  share.sharing->consumed_memory =
+      common::Quantity::FromInt64(static_cast<int64_t>(whole_gpu->memory_bytes / 4));
+  EXPECT_DOUBLE_EQ(GpuFraction(share, *inventory), 0.25);
+  // Two 1g.10gb instances are published on the MIG GPU: each is half of what it is cut into.
+  CheckpointDevice fixed;
+  fixed.type = model::DeviceType::kMig;
+  fixed.uuid = mig.uuid;
+  EXPECT_DOUBLE_EQ(GpuFraction(fixed, *inventory), 0.5);
+  // A dynamic placement: its memory slices over the GPU's eight.
+  CheckpointDevice dynamic = fixed;
+  dynamic.uuid = "";
+  dynamic.dynamic_mig = CheckpointDevice::DynamicMig{.parent_uuid = mig.parent_uuid,
+                                                     .profile = "3g.40gb",
+                                                     .placement_start = 4,
+                                                     .gi_id = std::nullopt,
+                                                     .ci_id = std::nullopt};
+  EXPECT_DOUBLE_EQ(GpuFraction(dynamic, *inventory), 4.0 / 8);
+  // Unknown devices hold nothing that can be priced.
+  fixed.uuid = "MIG-gone";
+  EXPECT_EQ(GpuFraction(fixed, *inventory), 0);
+}
+
 }  // namespace
 }  // namespace dralens::driver::prepare
