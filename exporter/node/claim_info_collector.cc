@@ -6,7 +6,8 @@
 namespace dralens::exporter {
 
 ClaimInfoMetrics ClaimInfoMetrics::Create(prometheus::Registry& registry) {
-  return ClaimInfoMetrics{.info = telemetry::BuildGauge(registry, "dralens_node_claim_info")};
+  return ClaimInfoMetrics{.info = telemetry::BuildGauge(registry, "dralens_node_claim_info"),
+                          .gpus = telemetry::BuildGauge(registry, "dralens_node_claim_gpus")};
 }
 
 prometheus::Labels ClaimInfoLabels(const model::NodeView& view, const model::PreparedClaim& claim,
@@ -51,6 +52,32 @@ void ClaimInfoCollector::Apply(const model::NodeView& view) {
     metrics_.info.Remove(gauge);  // the claim was unprepared (or lost that device)
   }
   series_ = std::move(next);
+
+  std::map<prometheus::Labels, double> held;
+  for (const model::PreparedClaim& claim : view.claims) {
+    for (const model::ClaimDevice& device : claim.devices) {
+      held[{{"namespace", claim.namespace_name},
+            {"claim", claim.name},
+            {"uid", claim.uid},
+            {"device_class", device.device_class},
+            {"product", device.product}}] += device.gpus;
+    }
+  }
+  for (auto it = gpus_.begin(); it != gpus_.end();) {
+    if (held.contains(it->first)) {
+      ++it;
+    } else {
+      metrics_.gpus.Remove(it->second);
+      it = gpus_.erase(it);
+    }
+  }
+  for (const auto& [labels, value] : held) {
+    prometheus::Gauge*& gauge = gpus_[labels];
+    if (gauge == nullptr) {
+      gauge = &metrics_.gpus.Add(labels);
+    }
+    gauge->Set(value);
+  }
 }
 
 }  // namespace dralens::exporter

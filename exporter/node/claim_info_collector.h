@@ -10,6 +10,11 @@
 // names; UUID (the GPU's UUID, the parent's for a MIG device) and GPU_I_ID (the MIG GPU instance
 // id, empty for a full GPU) are dcgm-exporter's device labels, the key that lines up whatever
 // driver name a claim uses (see the README's "Join GPU utilisation with claims").
+//
+//   dralens_node_claim_gpus{namespace,claim,uid,device_class,product}
+//     the GPU-equivalents the prepared claim holds here, per class of its requests and product:
+//     what rules price its idle time by (model::ClaimDevice::gpus)
+//
 // Not thread-safe: NodeCollectors calls it one view at a time.
 #pragma once
 
@@ -26,6 +31,7 @@ namespace dralens::exporter {
 
 struct ClaimInfoMetrics {
   prometheus::Family<prometheus::Gauge>& info;
+  prometheus::Family<prometheus::Gauge>& gpus;
 
   static ClaimInfoMetrics Create(prometheus::Registry& registry);
 };
@@ -42,6 +48,7 @@ class ClaimInfoCollector {
  private:
   ClaimInfoMetrics& metrics_;
   std::map<prometheus::Labels, prometheus::Gauge*> series_;
+  std::map<prometheus::Labels, prometheus::Gauge*> gpus_;
 };
 
 }  // namespace dralens::exporter

@@ -1,5 +1,6 @@
 #include "exporter/node/usage_collector.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -11,7 +12,8 @@ UsageMetrics UsageMetrics::Create(prometheus::Registry& registry) {
   return UsageMetrics{
       .utilization = telemetry::BuildGauge(registry, "dralens_device_utilization_ratio"),
       .memory_used = telemetry::BuildGauge(registry, "dralens_device_memory_used_bytes"),
-      .claim_idle = telemetry::BuildGauge(registry, "dralens_node_claim_idle_seconds")};
+      .claim_idle = telemetry::BuildGauge(registry, "dralens_node_claim_idle_seconds"),
+      .idle_gpu_seconds = telemetry::BuildCounter(registry, "dralens_node_idle_gpu_seconds_total")};
 }
 
 void UsageCollector::Apply(const model::NodeView& view) {
@@ -87,6 +89,25 @@ void UsageCollector::DropDevice(const std::string& name) {
   devices_.erase(it);
 }
 
+void UsageCollector::AccrueIdle(const model::PreparedClaim& claim, double seconds) {
+  if (seconds <= 0) {
+    return;
+  }
+  for (const model::ClaimDevice& d : claim.devices) {
+    if (d.gpus <= 0) {
+      continue;
+    }
+    prometheus::Counter*& counter =
+        idle_gpu_seconds_[{claim.namespace_name, d.device_class, d.product}];
+    if (counter == nullptr) {
+      counter = &metrics_.idle_gpu_seconds.Add({{"namespace", claim.namespace_name},
+                                                {"device_class", d.device_class},
+                                                {"product", d.product}});
+    }
+    counter->Increment(d.gpus * seconds);
+  }
+}
+
 void UsageCollector::ApplyUsage(const model::UsageView& view) {
   std::map<std::string, const model::DeviceUsageSample*> by_uuid;
   std::set<std::string> sampled;
@@ -121,8 +142,16 @@ void UsageCollector::ApplyUsage(const model::UsageView& view) {
     ClaimIdle& idle = idle_[claim.uid];
     if (busy) {
       idle.idle_since.reset();
+      idle.accrued_to.reset();
     } else if (decided && !idle.idle_since.has_value()) {
       idle.idle_since = view.at;
+    }
+    if (idle.idle_since.has_value()) {
+      // The same time the idle series shows, in GPU-seconds: from idleness's start, through
+      // undecided rounds, to this round.
+      const absl::Time from = idle.accrued_to.value_or(*idle.idle_since);
+      AccrueIdle(claim, std::max(0.0, absl::ToDoubleSeconds(view.at - from)));
+      idle.accrued_to = view.at;
     }
     if (!busy && !decided && idle.series == nullptr) {
       continue;  // never decided: no figure to give

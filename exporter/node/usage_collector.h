@@ -8,6 +8,10 @@
 //                                                has stayed below the idle threshold; 0 while
 //                                                any is busy
 //
+//   dralens_node_idle_gpu_seconds_total{namespace,device_class,product}
+//                                                the GPU-equivalents of idle claims times the
+//                                                time they idled: what rules price
+//
 // A claim is idle in a round when every one of its devices has a utilisation below the
 // threshold, busy when any has one at or above it, and undecided otherwise (a device without a
 // utilisation figure: a MIG device without GPM, the first GPM round): an undecided round neither
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -36,6 +41,7 @@ struct UsageMetrics {
   prometheus::Family<prometheus::Gauge>& utilization;
   prometheus::Family<prometheus::Gauge>& memory_used;
   prometheus::Family<prometheus::Gauge>& claim_idle;
+  prometheus::Family<prometheus::Counter>& idle_gpu_seconds;
 
   static UsageMetrics Create(prometheus::Registry& registry);
 };
@@ -58,8 +64,11 @@ class UsageCollector {
   };
   struct ClaimIdle {
     std::optional<absl::Time> idle_since;
+    std::optional<absl::Time> accrued_to;  // idle GPU-seconds are counted up to here
     prometheus::Gauge* series = nullptr;
   };
+  // Adds the claim's GPU-equivalents times `seconds` to its namespace's idle counters.
+  void AccrueIdle(const model::PreparedClaim& claim, double seconds);
   void SetDevice(const std::string& name, const model::DeviceUsageSample& sample);
   void DropDevice(const std::string& name);
 
@@ -70,6 +79,8 @@ class UsageCollector {
   std::vector<model::PreparedClaim> claims_;
   std::map<std::string, DeviceSeries> devices_;  // by device name
   std::map<std::string, ClaimIdle> idle_;        // by claim UID
+  // (namespace, class, product) -> counter; they stay when the claims go.
+  std::map<std::vector<std::string>, prometheus::Counter*> idle_gpu_seconds_;
 };
 
 }  // namespace dralens::exporter

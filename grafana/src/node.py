@@ -66,6 +66,17 @@ DASHBOARD = dashboard(
                 "0 and are not shown. DralensGpuIdle fires past an hour.",
                 [("dralens_node_claim_idle_seconds{S} > 0", "{{namespace}}/{{claim}}")],
                 unit="s"),
+            timeseries("Idle cost per hour by namespace",
+                "What the GPU-equivalents of idle claims cost per hour, by namespace: the "
+                "nodes' idle GPU-seconds (dralens_node_idle_gpu_seconds_total) at the cluster "
+                "role's price per GPU-hour for their class and product "
+                "(dralens_cluster_price_per_gpu_hour).",
+                [("sum by (namespace) (rate(dralens_node_idle_gpu_seconds_total{S}"
+                  "[$__rate_interval]) * on (device_class, product) group_left "
+                  "max by (device_class, product) (dralens_cluster_price_per_gpu_hour))",
+                  "{{namespace}}")],
+                unit="none",
+                stack=True),
         ]),
         row("MIG", [
             bargauge("MIG layout",

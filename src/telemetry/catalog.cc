@@ -249,6 +249,22 @@ std::vector<MetricSpec> BuildCatalog() {
        "(--idle-threshold); 0 while any is busy. Absent until the claim's utilisation is known: "
        "never for a MIG device without GPM.",
        S::kAlpha},
+      {"dralens_node_claim_gpus",
+       K::kGauge,
+       {"namespace", "claim", "uid", "device_class", "product"},
+       "node",
+       "GPU-equivalents each prepared claim holds on this node, by the DeviceClass of its "
+       "requests and the GPU's product: 1 per GPU, a MIG instance's memory slices over its GPU's, "
+       "a consumable share's memory over the GPU's. Deleted when the claim is unprepared.",
+       S::kAlpha},
+      {"dralens_node_idle_gpu_seconds_total",
+       K::kCounter,
+       {"namespace", "device_class", "product"},
+       "node",
+       "GPU-seconds the prepared claims of each namespace spent idle: a claim's "
+       "dralens_node_claim_gpus times the time dralens_node_claim_idle_seconds counts. Rules price "
+       "it with dralens_cluster_price_per_gpu_hour.",
+       S::kAlpha},
       {"dralens_node_claim_info",
        K::kInfo,
        {"namespace", "claim", "uid", "device", "pool", "driver", "dra_claim_name",

@@ -31,7 +31,7 @@ std::optional<double> Value(prometheus::Registry& registry, const std::string& f
         match = match && have.count(k) > 0 && have[k] == v;
       }
       if (match) {
-        return m.gauge.value;
+        return f.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
       }
     }
   }
@@ -81,7 +81,10 @@ model::PreparedClaim Claim(const std::string& uid, const std::string& device,
                                          .type = type,
                                          .uuid = "GPU-" + device,
                                          .gpu_uuid = "GPU-" + device,
-                                         .gpu_instance_id = std::nullopt});
+                                         .gpu_instance_id = std::nullopt,
+                                         .device_class = "gpu.dralens.dev",
+                                         .product = "H100",
+                                         .gpus = 1});
   return c;
 }
 
@@ -192,7 +195,10 @@ model::PreparedClaim ClaimOn(const std::string& uid, const std::vector<model::No
                                            .type = d.type,
                                            .uuid = d.uuid,
                                            .gpu_uuid = d.uuid,
-                                           .gpu_instance_id = std::nullopt});
+                                           .gpu_instance_id = std::nullopt,
+                                           .device_class = "gpu.dralens.dev",
+                                           .product = d.product,
+                                           .gpus = d.type == model::DeviceType::kMig ? 0.125 : 1});
   }
   return c;
 }
@@ -254,10 +260,23 @@ TEST_F(NodeCollectorsTest, AClaimIsIdleWhileEveryDeviceIsBelowTheThreshold) {
   EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", one), 0);
   EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", two), 0);
 
-  // Unprepared: the series goes.
+  // Idle GPU-seconds: `one` (1 GPU) idled 0-50 s, `two` (2 GPUs) 20-50 s; the 50-60 s before
+  // the busy round counts for neither, as their idle time starts again at 0.
+  const Labels ns = {{"namespace", "ml"},
+                     {"device_class", "gpu.dralens.dev"},
+                     {"product", "NVIDIA H100 80GB HBM3"}};
+  EXPECT_EQ(Value(registry_, "dralens_node_idle_gpu_seconds_total", ns), 50 + 2 * 30);
+  // What each claim holds, the figure rules price the idle time with.
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_gpus",
+                  {{"uid", "two"}, {"device_class", "gpu.dralens.dev"}}),
+            2);
+
+  // Unprepared: the series goes; the namespace's counter stays.
   collectors_.Apply(View({ClaimOn("two", {gpu0, gpu1})}));
   EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", one), std::nullopt);
   EXPECT_EQ(Count(registry_, "dralens_node_claim_idle_seconds"), 1);
+  EXPECT_EQ(Value(registry_, "dralens_node_claim_gpus", {{"uid", "one"}}), std::nullopt);
+  EXPECT_EQ(Value(registry_, "dralens_node_idle_gpu_seconds_total", ns), 110);
 }
 
 TEST_F(NodeCollectorsTest, AnUndecidedRoundNeitherStartsNorEndsIdleness) {
@@ -283,6 +302,11 @@ TEST_F(NodeCollectorsTest, AnUndecidedRoundNeitherStartsNorEndsIdleness) {
       {.at = t0 + absl::Seconds(30), .devices = {Used("MIG-gpu-2-mig-a", 0), Used("GPU-0", 0.01)}});
   EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", on_gpu), 30);
   EXPECT_EQ(Value(registry_, "dralens_node_claim_idle_seconds", on_mig), 20);
+  // GPU-seconds follow the same time: the GPU 30 s, the MIG device (1/8) 20 s.
+  EXPECT_EQ(Value(registry_, "dralens_node_idle_gpu_seconds_total",
+                  {{"product", "NVIDIA H100 80GB HBM3"}}),
+            30);
+  EXPECT_EQ(Value(registry_, "dralens_node_idle_gpu_seconds_total", {{"product", ""}}), 20 * 0.125);
 }
 
 TEST(NodeCollectorsThresholdTest, TheIdleThresholdIsTheOperators) {
