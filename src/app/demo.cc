@@ -344,6 +344,8 @@ int RunDemo(const FlagValues& flags) {
        [&]() -> absl::Status {
          WorkloadOptions options;
          options.driver_name = flags.Get("driver-name");
+         // Three teams share the fleet, so that cost by team has something to show.
+         options.team_namespaces = {"research", "inference", "notebooks"};
          (void)absl::SimpleAtoi(flags.Get("demo-seed"), &options.seed);
          (void)absl::ParseDuration(flags.Get("demo-claim-interval"), &options.claim_interval);
          (void)absl::ParseDuration(flags.Get("demo-pod-duration"), &options.mean_pod_duration);

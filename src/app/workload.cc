@@ -150,12 +150,17 @@ Workload::Workload(WorkloadOptions options, k8s::KubeClient& client, common::Clo
 Workload::~Workload() { Stop(); }
 
 absl::Status Workload::Setup() {
-  auto created = client_.Create(k8s::kNamespaces, "",
-                                {{"apiVersion", "v1"},
-                                 {"kind", "Namespace"},
-                                 {"metadata", {{"name", options_.namespace_name}}}});
-  if (!created.ok() && !k8s::IsAlreadyExists(created.status())) {
-    return common::Annotate(created.status(), "create the workload namespace");
+  std::vector<std::string> namespaces = options_.team_namespaces;
+  if (namespaces.empty()) {
+    namespaces.push_back(options_.namespace_name);
+  }
+  for (const std::string& ns : namespaces) {
+    auto created =
+        client_.Create(k8s::kNamespaces, "",
+                       {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
+    if (!created.ok() && !k8s::IsAlreadyExists(created.status())) {
+      return common::Annotate(created.status(), absl::StrCat("create the namespace ", ns));
+    }
   }
   for (const json& device_class : WorkloadDeviceClasses(options_.driver_name)) {
     auto made = client_.Create(k8s::kDeviceClasses, "", device_class);
@@ -219,6 +224,10 @@ absl::Status Workload::CreateClaim(absl::Time now) {
   Tracked t;
   t.kind = PickKind();
   t.name = absl::StrCat(ToString(t.kind), "-", ++serial_);
+  t.ns = options_.team_namespaces.empty()
+             ? options_.namespace_name
+             : options_
+                   .team_namespaces[static_cast<size_t>(serial_) % options_.team_namespaces.size()];
   t.created = now;
   json request = {{"name", "gpu"}, {"exactly", {{"deviceClassName", GpuClass(driver)}}}};
   json config = json::array();
@@ -269,14 +278,13 @@ absl::Status Workload::CreateClaim(absl::Time now) {
                 {"kind", "ResourceClaim"},
                 {"metadata",
                  {{"name", t.name},
-                  {"namespace", options_.namespace_name},
+                  {"namespace", t.ns},
                   {"labels", {{"dralens.dev/workload", std::string(ToString(t.kind))}}}}},
                 {"spec", {{"devices", {{"requests", json::array({request})}}}}}};
   if (!config.empty()) {
     claim["spec"]["devices"]["config"] = config;
   }
-  ASSIGN_OR_RETURN(json created, common::Annotate(client_.Create(k8s::kResourceClaims,
-                                                                 options_.namespace_name, claim),
+  ASSIGN_OR_RETURN(json created, common::Annotate(client_.Create(k8s::kResourceClaims, t.ns, claim),
                                                   absl::StrCat("create claim ", t.name)));
   t.uid = created["metadata"]["uid"].get<std::string>();
 
@@ -286,7 +294,7 @@ absl::Status Workload::CreateClaim(absl::Time now) {
     json object = {
         {"apiVersion", "v1"},
         {"kind", "Pod"},
-        {"metadata", {{"name", pod}, {"namespace", options_.namespace_name}}},
+        {"metadata", {{"name", pod}, {"namespace", t.ns}}},
         {"spec",
          {{"containers",
            json::array({{{"name", "main"},
@@ -294,7 +302,7 @@ absl::Status Workload::CreateClaim(absl::Time now) {
                          {"resources", {{"claims", json::array({{{"name", "gpu"}}})}}}}})},
           {"resourceClaims", json::array({{{"name", "gpu"}, {"resourceClaimName", t.name}}})}}},
         {"status", {{"phase", "Pending"}}}};
-    RETURN_IF_ERROR_CTX(client_.Create(k8s::kPods, options_.namespace_name, object).status(),
+    RETURN_IF_ERROR_CTX(client_.Create(k8s::kPods, t.ns, object).status(),
                         absl::StrCat("create pod ", pod));
     t.pods.push_back(pod);
   }
@@ -417,8 +425,7 @@ std::optional<Workload::Held> Workload::Fit(const json& request, const View& vie
 }
 
 absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now) {
-  ASSIGN_OR_RETURN(json object,
-                   client_.Get(k8s::kResourceClaims, options_.namespace_name, claim.name));
+  ASSIGN_OR_RETURN(json object, client_.Get(k8s::kResourceClaims, claim.ns, claim.name));
   const json& request = object["spec"]["devices"]["requests"][0];
   std::optional<Held> held = Fit(request, view);
   if (!held.has_value()) {
@@ -466,14 +473,13 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
   object["status"]["allocation"] = allocation;
   json reserved = json::array();
   for (const std::string& pod : claim.pods) {
-    auto p = client_.Get(k8s::kPods, options_.namespace_name, pod);
+    auto p = client_.Get(k8s::kPods, claim.ns, pod);
     RETURN_IF_ERROR(p.status());
     reserved.push_back({{"resource", "pods"}, {"name", pod}, {"uid", (*p)["metadata"]["uid"]}});
   }
   object["status"]["reservedFor"] = reserved;
-  RETURN_IF_ERROR_CTX(
-      client_.Update(k8s::kResourceClaims, options_.namespace_name, object, "status").status(),
-      absl::StrCat("allocate claim ", claim.name));
+  RETURN_IF_ERROR_CTX(client_.Update(k8s::kResourceClaims, claim.ns, object, "status").status(),
+                      absl::StrCat("allocate claim ", claim.name));
   if (held->memory.has_value()) {
     (void)memory_used_[absl::StrCat(held->pool, "/", held->device)].Add(*held->memory);
   } else {
@@ -493,7 +499,7 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
     ++stats_.allocated;
   }
   for (const std::string& pod : claim.pods) {
-    RETURN_IF_ERROR(SetPodPhase(pod, "Pending", claim.node));  // bound to the node
+    RETURN_IF_ERROR(SetPodPhase(claim.ns, pod, "Pending", claim.node));  // bound to the node
   }
   return Prepare(claim, now);
 }
@@ -507,7 +513,7 @@ absl::Status Workload::Prepare(Tracked& claim, absl::Time now) {
   // claim gets the prepared answer again.
   for (const std::string& pod : claim.pods) {
     const auto request =
-        OneClaim<dra::NodePrepareResourcesRequest>(options_.namespace_name, claim.name, claim.uid);
+        OneClaim<dra::NodePrepareResourcesRequest>(claim.ns, claim.name, claim.uid);
     dra::NodePrepareResourcesResponse response;
     grpc::Status s =
         Stub(socket->second)->NodePrepareResources(Deadline().get(), request, &response);
@@ -526,7 +532,7 @@ absl::Status Workload::Prepare(Tracked& claim, absl::Time now) {
     stats_.prepared_share += claim.kind == WorkloadKind::kMemoryShare ? 1 : 0;
   }
   for (const std::string& pod : claim.pods) {
-    RETURN_IF_ERROR(SetPodPhase(pod, "Running", claim.node));
+    RETURN_IF_ERROR(SetPodPhase(claim.ns, pod, "Running", claim.node));
   }
   claim.state = State::kRunning;
   if (options_.pod_load) {
@@ -546,8 +552,8 @@ absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
   }
   auto socket = options_.plugin_sockets.find(claim.node);
   if (socket != options_.plugin_sockets.end()) {
-    const auto request = OneClaim<dra::NodeUnprepareResourcesRequest>(options_.namespace_name,
-                                                                      claim.name, claim.uid);
+    const auto request =
+        OneClaim<dra::NodeUnprepareResourcesRequest>(claim.ns, claim.name, claim.uid);
     dra::NodeUnprepareResourcesResponse response;
     grpc::Status s =
         Stub(socket->second)->NodeUnprepareResources(Deadline().get(), request, &response);
@@ -562,7 +568,7 @@ absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
     ++stats_.unprepared;
   }
   for (const std::string& pod : claim.pods) {
-    absl::Status deleted = client_.Delete(k8s::kPods, options_.namespace_name, pod, {});
+    absl::Status deleted = client_.Delete(k8s::kPods, claim.ns, pod, {});
     if (!deleted.ok() && !k8s::IsNotFound(deleted)) {
       return deleted;
     }
@@ -571,11 +577,9 @@ absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
   // Some jobs leave their claim allocated after the pod is gone: stranded capacity until
   // someone deletes it.
   if (std::uniform_real_distribution<double>(0, 1)(run_rng_) < 0.2) {
-    ASSIGN_OR_RETURN(json object,
-                     client_.Get(k8s::kResourceClaims, options_.namespace_name, claim.name));
+    ASSIGN_OR_RETURN(json object, client_.Get(k8s::kResourceClaims, claim.ns, claim.name));
     object["status"].erase("reservedFor");
-    RETURN_IF_ERROR(
-        client_.Update(k8s::kResourceClaims, options_.namespace_name, object, "status").status());
+    RETURN_IF_ERROR(client_.Update(k8s::kResourceClaims, claim.ns, object, "status").status());
     claim.state = State::kLingering;
     claim.until = now + 2 * options_.mean_pod_duration;
     return absl::OkStatus();
@@ -601,8 +605,7 @@ void Workload::Release(const Tracked& claim) {
 }
 
 absl::Status Workload::DeleteClaim(const Tracked& claim) {
-  absl::Status deleted =
-      client_.Delete(k8s::kResourceClaims, options_.namespace_name, claim.name, {});
+  absl::Status deleted = client_.Delete(k8s::kResourceClaims, claim.ns, claim.name, {});
   if (!deleted.ok() && !k8s::IsNotFound(deleted)) {
     return deleted;
   }
@@ -611,17 +614,17 @@ absl::Status Workload::DeleteClaim(const Tracked& claim) {
   return absl::OkStatus();
 }
 
-absl::Status Workload::SetPodPhase(const std::string& pod, const std::string& phase,
-                                   const std::string& node) {
-  ASSIGN_OR_RETURN(json object, client_.Get(k8s::kPods, options_.namespace_name, pod));
+absl::Status Workload::SetPodPhase(const std::string& ns, const std::string& pod,
+                                   const std::string& phase, const std::string& node) {
+  ASSIGN_OR_RETURN(json object, client_.Get(k8s::kPods, ns, pod));
   // Binding: the scheduler stand-in sets spec.nodeName directly (the embedded API server has
   // no binding subresource).
   if (!node.empty() && object["spec"].value("nodeName", "") != node) {
     object["spec"]["nodeName"] = node;
-    ASSIGN_OR_RETURN(object, client_.Update(k8s::kPods, options_.namespace_name, object, ""));
+    ASSIGN_OR_RETURN(object, client_.Update(k8s::kPods, ns, object, ""));
   }
   object["status"]["phase"] = phase;
-  return client_.Update(k8s::kPods, options_.namespace_name, object, "status").status();
+  return client_.Update(k8s::kPods, ns, object, "status").status();
 }
 
 absl::Status Workload::Step() {
@@ -640,7 +643,7 @@ absl::Status Workload::Step() {
     } else if ((claim.state == State::kLingering || claim.state == State::kPending) &&
                claim.until <= now) {
       for (const std::string& pod : claim.pods) {
-        (void)client_.Delete(k8s::kPods, options_.namespace_name, pod, {});
+        (void)client_.Delete(k8s::kPods, claim.ns, pod, {});
       }
       s = DeleteClaim(claim);
       if (s.ok()) {

@@ -14,7 +14,8 @@
 //      pods are bound, NodePrepareResources is called once per pod (as the kubelet does), and
 //      the pods run for an exponentially distributed time.
 //
-// Runs are reproducible for a seed, apart from timing. The objects live in one namespace.
+// Runs are reproducible for a seed, apart from timing. The objects live in one namespace, or
+// in turn in each of team_namespaces.
 //
 // Thread-safety: Setup and Step are not concurrent with each other; Start runs Step on a thread
 // of its own until Stop. stats() may be called from any thread.
@@ -46,6 +47,9 @@ namespace dralens::app {
 struct WorkloadOptions {
   std::string driver_name = "gpu.dralens.dev";
   std::string namespace_name = "demo";
+  // When set, claims (with their pods) go to these namespaces in turn, as several teams' would;
+  // namespace_name is then unused.
+  std::vector<std::string> team_namespaces;
   uint64_t seed = 1;
   absl::Duration claim_interval = absl::Seconds(2);
   absl::Duration mean_pod_duration = absl::Seconds(60);
@@ -128,6 +132,7 @@ class Workload {
     std::optional<common::Quantity> memory;  // a consumable-capacity share: what it consumes
   };
   struct Tracked {
+    std::string ns;
     std::string name;
     std::string uid;
     WorkloadKind kind = WorkloadKind::kFullGpu;
@@ -157,7 +162,7 @@ class Workload {
   absl::Status Finish(Tracked& claim, absl::Time now);
   void Release(const Tracked& claim);
   absl::Status DeleteClaim(const Tracked& claim);
-  absl::Status SetPodPhase(const std::string& pod, const std::string& phase,
+  absl::Status SetPodPhase(const std::string& ns, const std::string& pod, const std::string& phase,
                            const std::string& node);
 
   const WorkloadOptions options_;

@@ -358,6 +358,8 @@ def showback_problems(prom):
         return "no claim is in use"
     if in_use - billed:
         return f"namespaces with claims in use but no in_use cost: {sorted(in_use - billed)}"
+    if len(billed) < 2:
+        return f"the demo's teams are not all billed yet: {sorted(billed)}"
     return ""
 
 
@@ -542,9 +544,10 @@ def main():
             for node in ("dgx-h100-0", "a100-0"):
                 if node not in out.stdout:
                     failures.append(f"kubectl lists no ResourceSlice of {node}:\n{out.stdout}")
-            if not re.search(r"^demo\s+\S+", out.stdout, re.M):
-                failures.append("kubectl lists no ResourceClaim in namespace demo:\n"
-                                + out.stdout)
+            for team in ("research", "inference", "notebooks"):
+                if not re.search(rf"^{team}\s+\S+", out.stdout, re.M):
+                    failures.append(f"kubectl lists no ResourceClaim in namespace {team}:\n"
+                                    + out.stdout)
             status = device_status_problems(args.kubectl, api_url, home)
             if status:
                 failures.append(status)
