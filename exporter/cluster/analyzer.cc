@@ -29,10 +29,13 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
       stranded_seconds_(text_series_->AddCounter("dralens_cluster_stranded_gpu_seconds_total")),
       stranded_cost_(text_series_->AddCounter("dralens_cluster_stranded_cost_total")),
       mig_placeable_(text_series_->AddGauge("dralens_cluster_mig_placeable")),
+      topology_(telemetry::BuildGauge(registry, "dralens_cluster_claim_topology")),
+      claim_spread_(text_series_->AddGauge("dralens_cluster_claim_spread")),
       held_seconds_(telemetry::BuildCounter(registry, "dralens_cluster_gpu_seconds_total")),
       held_cost_(telemetry::BuildCounter(registry, "dralens_cluster_cost_total")),
       tracer_(tracer),
       prices_(std::move(options.prices)),
+      topology_sensitive_(std::move(options.topology_sensitive_classes)),
       clock_(options.clock != nullptr ? *options.clock : common::RealClock()) {
   absl::MutexLock lock(&mu_);
   deriving_ = !options.derive_after_sync;

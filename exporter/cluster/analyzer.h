@@ -72,6 +72,9 @@ struct AnalyzerOptions {
   // Keep what the initial LISTs deliver without deriving anything (pending reasons, node
   // capacity, stranded series) until SetSynced(), which derives it all once.
   bool derive_after_sync = false;
+  // DeviceClasses whose multi-device claims should land close together: their
+  // dralens_cluster_claim_spread series say topology_sensitive="true".
+  std::set<std::string> topology_sensitive_classes = {};
 };
 
 class Analyzer {
@@ -182,6 +185,9 @@ class Analyzer {
   PendingReason ReasonOfRequest(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingReason ReasonOfClaim(const Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdatePendingSeries(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-derives where a claim's devices landed (TopologySpread) and moves its series. A device
+  // whose slice is gone keeps the claim's last spread until it is published again.
+  void RefreshSpread(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Applies what the event left dirty: pending verdicts, node aggregates, MIG placeable.
   void Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -221,11 +227,15 @@ class Analyzer {
   telemetry::TextFamily<prometheus::Counter>& stranded_seconds_;
   telemetry::TextFamily<prometheus::Counter>& stranded_cost_;
   telemetry::TextFamily<prometheus::Gauge>& mig_placeable_;
+  // Topology of multi-device claims: counts, and a series per such claim (as text: O(log n)).
+  prometheus::Family<prometheus::Gauge>& topology_;
+  telemetry::TextFamily<prometheus::Gauge>& claim_spread_;
   // Showback: a series per (namespace, class, usage state), fleet-wide.
   prometheus::Family<prometheus::Counter>& held_seconds_;
   prometheus::Family<prometheus::Counter>& held_cost_;
   telemetry::Tracer& tracer_;
   const PriceTable prices_;
+  const std::set<std::string> topology_sensitive_;
   common::Clock& clock_;
 
   absl::Mutex mu_;
@@ -279,6 +289,9 @@ class Analyzer {
   std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> pending_counts_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> latency_ ABSL_GUARDED_BY(mu_);
+  // dralens_cluster_claim_topology: (class, namespace, spread) -> series and claims.
+  std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> topology_counts_
+      ABSL_GUARDED_BY(mu_);
   // dralens_cluster_pool_devices: (driver, class, product) -> devices and series by PoolState.
   struct PoolTotal {
     std::array<int64_t, kPoolStates> devices = {};

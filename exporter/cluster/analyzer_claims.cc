@@ -165,6 +165,7 @@ void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std:
   for (const Key& device : touched) {
     AllocationChanged(device);
   }
+  RefreshSpread(claim);
 }
 
 void Analyzer::SetReservations(Claim& claim, std::vector<Key> pods) {

@@ -179,6 +179,20 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       RecountCounters(set_key);
     }
   }
+  // Claims holding a device published now may learn where it is.
+  std::set<Key> holders;
+  for (const Key& key : keys) {
+    if (auto a = allocations_.find(key); a != allocations_.end()) {
+      for (const auto& [claim_key, consumed] : a->second) {
+        holders.insert(claim_key);
+      }
+    }
+  }
+  for (const Key& claim_key : holders) {
+    if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
+      RefreshSpread(*c->second);
+    }
+  }
   touched.insert(slice_node);
   for (const Key& key : keys) {
     Device& d = *devices_[key];

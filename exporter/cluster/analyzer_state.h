@@ -105,6 +105,9 @@ struct Analyzer::Claim {
   bool seen_pending = false;
   std::optional<PendingReason> reason;
   bool age = false;  // has a pending age series
+  // Two or more devices allocated: where they landed, and its series.
+  std::optional<TopologySpread> spread;
+  prometheus::Gauge* spread_series = nullptr;
   telemetry::SpanPtr span;
 };
 

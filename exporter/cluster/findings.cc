@@ -88,4 +88,47 @@ absl::string_view ToString(Transition transition) {
   return "created";
 }
 
+absl::string_view ToString(TopologySpread spread) {
+  switch (spread) {
+    case TopologySpread::kSamePcieRoot:
+      return "same_pcie_root";
+    case TopologySpread::kSameNuma:
+      return "same_numa";
+    case TopologySpread::kCrossNuma:
+      return "cross_numa";
+    case TopologySpread::kCrossNode:
+      return "cross_node";
+    case TopologySpread::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+TopologySpread ClassifySpread(const std::vector<DevicePlace>& places) {
+  if (places.empty()) {
+    return TopologySpread::kUnknown;
+  }
+  const DevicePlace& first = places.front();
+  bool same_root = !first.pcie_root.empty(), same_numa = first.numa_node.has_value(),
+       numa_known = true;
+  for (const DevicePlace& p : places) {
+    if (p.node.empty()) {
+      return TopologySpread::kUnknown;
+    }
+    if (p.node != first.node) {
+      return TopologySpread::kCrossNode;  // wins whatever else is unknown
+    }
+    same_root = same_root && p.pcie_root == first.pcie_root;
+    numa_known = numa_known && p.numa_node.has_value();
+    same_numa = same_numa && p.numa_node == first.numa_node;
+  }
+  if (same_root) {
+    return TopologySpread::kSamePcieRoot;
+  }
+  if (!numa_known) {
+    return TopologySpread::kUnknown;
+  }
+  return same_numa ? TopologySpread::kSameNuma : TopologySpread::kCrossNuma;
+}
+
 }  // namespace dralens::exporter::cluster

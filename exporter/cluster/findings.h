@@ -1,6 +1,11 @@
 // The bounded label values of the cluster analyzer, each an enum with one ToString.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 namespace dralens::exporter::cluster {
@@ -42,6 +47,26 @@ inline constexpr StrandedKind kStrandedKinds[] = {
     StrandedKind::kAllocatedNotRunning, StrandedKind::kFreeWhilePending,
     StrandedKind::kUnplaceableFragment, StrandedKind::kAdvertisedUnhealthy};
 absl::string_view ToString(StrandedKind kind);
+
+// dralens_cluster_claim_topology{spread}: where the devices of an allocated claim with two or
+// more of them landed, closest first. A claim takes the first that holds for all its devices.
+enum class TopologySpread {
+  kSamePcieRoot,  // one resource.kubernetes.io/pcieRoot
+  kSameNuma,      // one resource.kubernetes.io/numaNode, several PCIe roots (or none published)
+  kCrossNuma,     // one node, several NUMA nodes
+  kCrossNode,     // several nodes
+  kUnknown,       // a device not published (yet), or no NUMA node to compare
+};
+absl::string_view ToString(TopologySpread spread);
+
+// Where one allocated device is, from its slice and its attributes.
+struct DevicePlace {
+  std::string node;       // the slice's node; "" for a device not published
+  std::string pcie_root;  // "" when not published
+  std::optional<int64_t> numa_node;
+};
+// The spread of devices at these places (two or more). Pure.
+TopologySpread ClassifySpread(const std::vector<DevicePlace>& places);
 
 // dralens_cluster_claim_transitions_total{to}; each is an event on the lifecycle span.
 enum class Transition { kCreated, kAllocated, kReserved, kInUse, kReleased, kDeleted };

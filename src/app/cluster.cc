@@ -53,6 +53,7 @@ int RunCluster(const FlagValues& flags) {
            return absl::InvalidArgumentError("--price-per-device-hour: must be a number >= 0");
          }
          options.price_file = flags.Get("price-file");
+         options.topology_sensitive_classes = ClassList(flags.Get("topology-sensitive-classes"));
          options.leader_elect = flags.GetBool("leader-elect");
          options.election.lease_name = flags.Get("leader-elect-lease-name");
          options.election.lease_namespace = flags.Get("leader-elect-lease-namespace");

@@ -2,12 +2,25 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
 #include "exporter/cluster/feed.h"
 #include "exporter/cluster/pricing.h"
 #include "src/common/status.h"
 #include "src/telemetry/catalog.h"
 
 namespace dralens::app {
+
+std::set<std::string> ClassList(absl::string_view value) {
+  std::set<std::string> out;
+  for (absl::string_view c : absl::StrSplit(value, ',')) {
+    c = absl::StripAsciiWhitespace(c);
+    if (!c.empty()) {
+      out.insert(std::string(c));
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
     ClusterRoleOptions options, k8s::KubeClient& client,
@@ -25,6 +38,7 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   role->cluster_registry_ = std::make_shared<prometheus::Registry>();
   exporter::cluster::AnalyzerOptions analyzer_options;
   analyzer_options.prices = std::move(prices);
+  analyzer_options.topology_sensitive_classes = options.topology_sensitive_classes;
   analyzer_options.derive_after_sync = true;
   role->analyzer_ = std::make_unique<exporter::cluster::Analyzer>(*role->cluster_registry_, tracer,
                                                                   std::move(analyzer_options));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
@@ -29,12 +31,17 @@ namespace dralens::app {
 struct ClusterRoleOptions {
   double price_per_device_hour = 0;
   std::string price_file;  // empty: the flat price above
+  // DeviceClasses whose multi-device claims should land close together.
+  std::set<std::string> topology_sensitive_classes;
   // Leader election through a Lease; without it this replica exports at once.
   bool leader_elect = false;
   k8s::LeaderElectionOptions election;
   // How often pending ages and stranded device-seconds are brought up to date between events.
   absl::Duration tick = absl::Seconds(5);
 };
+
+// "a, b,,c" -> {a, b, c}: a comma-separated list of DeviceClass names.
+std::set<std::string> ClassList(absl::string_view value);
 
 class ClusterRole {
  public:

@@ -322,6 +322,7 @@ int RunDemo(const FlagValues& flags) {
          RETURN_IF_ERROR(StartTracing(telemetry, "dralens-cluster", {}, otlp_endpoint));
          ClusterRoleOptions options;
          options.price_per_device_hour = 2.5;  // a round on-demand price, so cost has data
+         options.topology_sensitive_classes = ClassList(flags.Get("topology-sensitive-classes"));
          options.tick = absl::Seconds(1);
          ASSIGN_OR_RETURN(
              cluster, ClusterRole::Start(std::move(options), *client, kube_metrics.get(), *registry,

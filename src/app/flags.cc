@@ -324,6 +324,14 @@ std::vector<FlagSpec> BuildFlags() {
                "Price of one GPU-hour for GPUs the price file does not name.",
                {Role::kCluster},
                CheckNonNegativeNumber});
+  f.push_back({"topology-sensitive-classes",
+               "DRALENS_TOPOLOGY_SENSITIVE_CLASSES",
+               "",
+               "Comma-separated DeviceClass names whose multi-device claims need their devices "
+               "close together: their `dralens_cluster_claim_spread` series carry "
+               "`topology_sensitive=\"true\"`, which the alert DralensClaimTopologyPoor watches.",
+               {Role::kCluster, Role::kDemo},
+               nullptr});
   f.push_back({"log-level", "DRALENS_LOG_LEVEL", "info",
                "Lowest level logged: debug, info, warn or error. Lines go to stderr; the "
                "demo's go to its log file (see `--verbose`).",

@@ -464,6 +464,23 @@ std::vector<MetricSpec> BuildCatalog() {
        "Cost of dralens_cluster_gpu_seconds_total at the price per GPU-hour of the class, else "
        "the product, else the default, in the price's currency.",
        S::kAlpha},
+      {"dralens_cluster_claim_topology",
+       K::kGauge,
+       {"device_class", "namespace", "spread"},
+       "cluster",
+       "Allocated claims with two or more devices, by where the devices landed: same_pcie_root, "
+       "same_numa, cross_numa (one node, several NUMA nodes), cross_node, or unknown (a device "
+       "not published, or no NUMA node to compare), from the devices' "
+       "resource.kubernetes.io/pcieRoot and numaNode attributes.",
+       S::kAlpha},
+      {"dralens_cluster_claim_spread",
+       K::kGauge,
+       {"namespace", "claim", "device_class", "spread", "topology_sensitive"},
+       "cluster",
+       "One series per allocated claim with two or more devices, while it is allocated: its "
+       "spread (as dralens_cluster_claim_topology); topology_sensitive is true when its class is "
+       "one of --topology-sensitive-classes, else false. The value is its number of devices.",
+       S::kAlpha},
       {"dralens_cluster_mig_placeable",
        K::kGauge,
        {"node", "gpu", "profile"},

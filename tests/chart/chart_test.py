@@ -514,6 +514,9 @@ class ChartTest(unittest.TestCase):
                     self.assertEqual(flags["price-file"], f"{mount}/{cost['priceFileKey']}")
                 else:
                     self.assertNotIn("price-file", flags)
+                sensitive = values["cluster"].get("topologySensitiveClasses") or []
+                self.assertEqual(flags.get("topology-sensitive-classes"),
+                                 ",".join(sensitive) or None)
 
     def test_tracing_environment(self):
         for name, files in variants():

@@ -1,0 +1,81 @@
+// Where the devices of multi-device claims landed: dralens_cluster_claim_topology and
+// dralens_cluster_claim_spread.
+#include <set>
+#include <utility>
+#include <variant>
+
+#include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/analyzer_state.h"
+
+namespace dralens::exporter::cluster {
+
+void Analyzer::RefreshSpread(Claim& claim) {
+  std::set<Key> keys;
+  for (const auto& [key, cls] : claim.devices) {
+    keys.insert(key);
+  }
+  std::optional<TopologySpread> spread;
+  if (keys.size() >= 2) {
+    std::vector<DevicePlace> places;
+    bool all_known = true;
+    for (const Key& key : keys) {
+      auto d = devices_.find(key);
+      if (d == devices_.end()) {
+        all_known = false;
+        places.push_back({});
+        continue;
+      }
+      DevicePlace place;
+      place.node = d->second->node;
+      place.pcie_root = StringAttribute(d->second->spec, "pcieRoot");
+      if (const model::DeviceAttribute* numa = Attribute(d->second->spec, "numaNode");
+          numa != nullptr && std::holds_alternative<int64_t>(numa->value)) {
+        place.numa_node = std::get<int64_t>(numa->value);
+      }
+      places.push_back(std::move(place));
+    }
+    spread = ClassifySpread(places);
+    if (!all_known && claim.spread.has_value() && *spread != TopologySpread::kCrossNode) {
+      spread = claim.spread;  // a slice republished: keep what was known
+    }
+  }
+  if (spread == claim.spread && (spread.has_value() == (claim.spread_series != nullptr))) {
+    if (claim.spread_series != nullptr) {
+      claim.spread_series->Set(static_cast<double>(keys.size()));
+    }
+    return;
+  }
+  if (claim.spread.has_value()) {
+    auto c =
+        topology_counts_.find({claim.device_class, claim.ns, std::string(ToString(*claim.spread))});
+    if (c != topology_counts_.end()) {
+      c->second.first->Set(--c->second.second);
+    }
+  }
+  if (claim.spread_series != nullptr) {
+    claim_spread_.Remove(claim.spread_series);
+    claim.spread_series = nullptr;
+  }
+  claim.spread = spread;
+  if (!spread.has_value()) {
+    return;
+  }
+  const std::string name(ToString(*spread));
+  auto [it, inserted] = topology_counts_.emplace(
+      std::vector<std::string>{claim.device_class, claim.ns, name}, std::make_pair(nullptr, 0));
+  if (inserted) {
+    it->second.first = &topology_.Add(
+        {{"device_class", claim.device_class}, {"namespace", claim.ns}, {"spread", name}});
+  }
+  it->second.first->Set(++it->second.second);
+  claim.spread_series =
+      &claim_spread_.Add({{"namespace", claim.ns},
+                          {"claim", claim.name},
+                          {"device_class", claim.device_class},
+                          {"spread", name},
+                          {"topology_sensitive",
+                           topology_sensitive_.contains(claim.device_class) ? "true" : "false"}});
+  claim.spread_series->Set(static_cast<double>(keys.size()));
+}
+
+}  // namespace dralens::exporter::cluster
