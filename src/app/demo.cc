@@ -323,6 +323,10 @@ int RunDemo(const FlagValues& flags) {
          ClusterRoleOptions options;
          options.price_per_device_hour = 2.5;  // a round on-demand price, so cost has data
          options.topology_sensitive_classes = ClassList(flags.Get("topology-sensitive-classes"));
+         if (options.topology_sensitive_classes.empty()) {
+           // The demo's full-GPU class (named after the driver) holds its two-GPU jobs.
+           options.topology_sensitive_classes.insert(flags.Get("driver-name"));
+         }
          options.tick = absl::Seconds(1);
          ASSIGN_OR_RETURN(
              cluster, ClusterRole::Start(std::move(options), *client, kube_metrics.get(), *registry,
@@ -347,6 +351,9 @@ int RunDemo(const FlagValues& flags) {
          options.driver_name = flags.Get("driver-name");
          // Three teams share the fleet, so that cost by team has something to show.
          options.team_namespaces = {"research", "inference", "notebooks"};
+         // Two-GPU jobs, placed as a topology-unaware scheduler may place them; the full-GPU
+         // class is marked topology-sensitive (see --topology-sensitive-classes below).
+         options.two_gpu_claims = true;
          (void)absl::SimpleAtoi(flags.Get("demo-seed"), &options.seed);
          (void)absl::ParseDuration(flags.Get("demo-claim-interval"), &options.claim_interval);
          (void)absl::ParseDuration(flags.Get("demo-pod-duration"), &options.mean_pod_duration);
@@ -425,8 +432,9 @@ int RunDemo(const FlagValues& flags) {
                n->driver->dra_socket_path().c_str());
          }
          std::printf(
-             "\n  workload: a claim every %s in namespace demo (seed %s); pods run %s on "
-             "average\n    kubectl --server %s get pods,resourceclaims -n demo\n",
+             "\n  workload: a claim every %s for the teams research, inference and notebooks "
+             "(a namespace each; seed %s); pods run %s on average\n"
+             "    kubectl --server %s get pods,resourceclaims -A\n",
              flags.Get("demo-claim-interval").c_str(), flags.Get("demo-seed").c_str(),
              flags.Get("demo-pod-duration").c_str(), api_server->url().c_str());
          if (fault != nullptr) {

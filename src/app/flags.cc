@@ -329,7 +329,8 @@ std::vector<FlagSpec> BuildFlags() {
                "",
                "Comma-separated DeviceClass names whose multi-device claims need their devices "
                "close together: their `dralens_cluster_claim_spread` series carry "
-               "`topology_sensitive=\"true\"`, which the alert DralensClaimTopologyPoor watches.",
+               "`topology_sensitive=\"true\"`, which the alert DralensClaimTopologyPoor watches. "
+               "Unset, the demo marks its full-GPU class.",
                {Role::kCluster, Role::kDemo},
                nullptr});
   f.push_back({"log-level", "DRALENS_LOG_LEVEL", "info",

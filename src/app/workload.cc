@@ -34,6 +34,7 @@ constexpr KindWeight kMix[] = {
 // With memory_shares, drawn after the mix above so that the mix keeps its sequence without.
 constexpr int kMemoryShareWeight = 16;
 constexpr char kShareMemory[] = "10Gi";
+constexpr int kTwoGpuWeight = 6;
 
 std::string GpuClass(const std::string& driver) { return driver; }
 std::string MigClass(const std::string& driver) {
@@ -120,6 +121,8 @@ absl::string_view ToString(WorkloadKind kind) {
       return "early";
     case WorkloadKind::kMemoryShare:
       return "share";
+    case WorkloadKind::kTwoGpu:
+      return "two-gpu";
   }
   return "gpu";
 }
@@ -209,6 +212,9 @@ WorkloadKind Workload::PickKind() {
   if (options_.memory_shares) {
     total += kMemoryShareWeight;
   }
+  if (options_.two_gpu_claims) {
+    total += kTwoGpuWeight;
+  }
   int pick = std::uniform_int_distribution<int>(0, total - 1)(kind_rng_);
   for (const KindWeight& k : kMix) {
     if (pick < k.weight) {
@@ -216,13 +222,20 @@ WorkloadKind Workload::PickKind() {
     }
     pick -= k.weight;
   }
-  return options_.memory_shares ? WorkloadKind::kMemoryShare : WorkloadKind::kFullGpu;
+  if (options_.memory_shares) {
+    if (pick < kMemoryShareWeight) {
+      return WorkloadKind::kMemoryShare;
+    }
+    pick -= kMemoryShareWeight;
+  }
+  return options_.two_gpu_claims ? WorkloadKind::kTwoGpu : WorkloadKind::kFullGpu;
 }
 
 absl::Status Workload::CreateClaim(absl::Time now) {
   const std::string& driver = options_.driver_name;
   Tracked t;
-  t.kind = PickKind();
+  // With two_gpu_claims the first claim is a two-GPU job, placed while GPUs are still free.
+  t.kind = options_.two_gpu_claims && serial_ == 0 ? WorkloadKind::kTwoGpu : PickKind();
   t.name = absl::StrCat(ToString(t.kind), "-", ++serial_);
   t.ns = options_.team_namespaces.empty()
              ? options_.namespace_name
@@ -239,6 +252,9 @@ absl::Status Workload::CreateClaim(absl::Time now) {
   switch (t.kind) {
     case WorkloadKind::kFullGpu:
     case WorkloadKind::kNoPod:
+      break;
+    case WorkloadKind::kTwoGpu:
+      request["exactly"]["count"] = 2;
       break;
     case WorkloadKind::kMig1g:
       profile("1g.10gb");
@@ -357,11 +373,12 @@ bool Workload::Matches(const std::string& expression, const model::SliceDevice& 
   return program->Evaluate(view).verdict == cel::Verdict::kTrue;
 }
 
-std::optional<Workload::Held> Workload::Fit(const json& request, const View& view) {
+std::vector<Workload::Held> Workload::Fit(const json& request, const View& view) {
+  std::vector<Held> out;
   const json& exactly = request["exactly"];
   auto device_class = view.classes.find(exactly["deviceClassName"].get<std::string>());
   if (device_class == view.classes.end()) {
-    return std::nullopt;
+    return out;
   }
   std::vector<std::string> expressions;
   for (const model::DeviceSelector& s : device_class->second.spec.selectors) {
@@ -381,7 +398,7 @@ std::optional<Workload::Held> Workload::Fit(const json& request, const View& vie
       wanted.is_string()) {
     absl::StatusOr<common::Quantity> q = common::Quantity::Parse(wanted.get<std::string>());
     if (!q.ok()) {
-      return std::nullopt;
+      return out;
     }
     share = *q;
   }
@@ -417,22 +434,35 @@ std::optional<Workload::Held> Workload::Fit(const json& request, const View& vie
         fits = fits && Matches(e, device, slice.spec.driver);
       }
       if (fits) {
-        return Held{pool, device.name, device.consumes_counters, share};
+        out.push_back(Held{pool, device.name, device.consumes_counters, share});
       }
     }
   }
-  return std::nullopt;
+  return out;
 }
 
 absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now) {
   ASSIGN_OR_RETURN(json object, client_.Get(k8s::kResourceClaims, claim.ns, claim.name));
   const json& request = object["spec"]["devices"]["requests"][0];
-  std::optional<Held> held = Fit(request, view);
-  if (!held.has_value()) {
+  const std::vector<Held> fits = Fit(request, view);
+  if (fits.empty()) {
     return absl::OkStatus();  // stays pending; the cluster role says why
   }
+  std::vector<Held> picks = {fits.front()};
+  // A stand-in that knows nothing of topology: the other devices of a multi-device request
+  // come from the far end of the same node's free devices, as an unconstrained request may
+  // get them from a real scheduler (on a two-socket node, across NUMA nodes).
+  const size_t count = request["exactly"].value("count", 1);
+  for (auto it = fits.rbegin(); it != fits.rend() && picks.size() < count; ++it) {
+    if (it->pool == picks.front().pool && it->device != picks.front().device) {
+      picks.push_back(*it);
+    }
+  }
+  if (picks.size() < count) {
+    return absl::OkStatus();
+  }
   // The node of the pool (node-local pools are named after their node).
-  claim.node = held->pool;
+  claim.node = picks.front().pool;
   json config = json::array();
   auto device_class = view.classes.find(request["exactly"]["deviceClassName"].get<std::string>());
   if (device_class != view.classes.end()) {
@@ -450,17 +480,21 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
     entry["source"] = "FromClaim";
     config.push_back(entry);
   }
-  json result = {{"request", "gpu"},
-                 {"driver", options_.driver_name},
-                 {"pool", held->pool},
-                 {"device", held->device}};
-  if (held->memory.has_value()) {
-    // The scheduler's share ID: a UID unique among the device's allocations.
-    result["shareID"] = absl::StrFormat("00000000-0000-4000-8000-%012d", ++shares_);
-    result["consumedCapacity"] = {{"memory", held->memory->String()}};
+  json results = json::array();
+  for (const Held& held : picks) {
+    json result = {{"request", "gpu"},
+                   {"driver", options_.driver_name},
+                   {"pool", held.pool},
+                   {"device", held.device}};
+    if (held.memory.has_value()) {
+      // The scheduler's share ID: a UID unique among the device's allocations.
+      result["shareID"] = absl::StrFormat("00000000-0000-4000-8000-%012d", ++shares_);
+      result["consumedCapacity"] = {{"memory", held.memory->String()}};
+    }
+    results.push_back(std::move(result));
   }
   json allocation = {
-      {"devices", {{"results", json::array({result})}}},
+      {"devices", {{"results", results}}},
       {"nodeSelector",
        {{"nodeSelectorTerms",
          json::array(
@@ -480,19 +514,21 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
   object["status"]["reservedFor"] = reserved;
   RETURN_IF_ERROR_CTX(client_.Update(k8s::kResourceClaims, claim.ns, object, "status").status(),
                       absl::StrCat("allocate claim ", claim.name));
-  if (held->memory.has_value()) {
-    (void)memory_used_[absl::StrCat(held->pool, "/", held->device)].Add(*held->memory);
-  } else {
-    allocated_.insert(absl::StrCat(held->pool, "/", held->device));
-  }
-  for (const model::DeviceCounterConsumption& c : held->counters) {
-    for (const auto& [name, counter] : c.counters) {
-      common::Quantity& used =
-          counters_used_[absl::StrCat(held->pool, "/", c.counter_set, "/", name)];
-      (void)used.Add(counter.value);
+  for (Held& held : picks) {
+    if (held.memory.has_value()) {
+      (void)memory_used_[absl::StrCat(held.pool, "/", held.device)].Add(*held.memory);
+    } else {
+      allocated_.insert(absl::StrCat(held.pool, "/", held.device));
     }
+    for (const model::DeviceCounterConsumption& c : held.counters) {
+      for (const auto& [name, counter] : c.counters) {
+        common::Quantity& used =
+            counters_used_[absl::StrCat(held.pool, "/", c.counter_set, "/", name)];
+        (void)used.Add(counter.value);
+      }
+    }
+    claim.held.push_back(std::move(held));
   }
-  claim.held.push_back(*std::move(held));
   claim.state = State::kAllocated;
   {
     absl::MutexLock lock(&stats_mu_);

@@ -62,6 +62,11 @@ struct WorkloadOptions {
   // other kinds never go there (the planner refuses to mix shares with other holders). Off, the
   // mix and its seeded sequence are as before.
   bool memory_shares = false;
+  // Also make claims for two full GPUs of one node. The scheduler stand-in places them without
+  // regard to topology (see Allocate), so on a two-socket node some land across NUMA nodes.
+  // Drawn after the mix and the memory shares, so the sequences without it stay as they were;
+  // the first claim of a run is one.
+  bool two_gpu_claims = false;
   // The GPU load of a claim's pods: called with the node, the claim's UID and a utilisation
   // (0..1) when its pods start running, and with nullopt when they stop. About a quarter of the
   // runs sit idle (below 3 %), as forgotten notebooks and stuck jobs do; the others keep their
@@ -84,6 +89,7 @@ enum class WorkloadKind {
   kUnsatisfiable,  // asks for more memory than any GPU has
   kNoPod,          // created ahead of its pod, which never comes
   kMemoryShare,    // 10Gi of a GPU's memory through consumable capacity (memory_shares only)
+  kTwoGpu,         // two full GPUs of one node (two_gpu_claims only)
 };
 absl::string_view ToString(WorkloadKind kind);
 
@@ -153,8 +159,8 @@ class Workload {
   WorkloadKind PickKind();
   absl::Status CreateClaim(absl::Time now);
   absl::StatusOr<View> Observe();
-  // A device for a claim's one request, or nullopt.
-  std::optional<Held> Fit(const nlohmann::json& request, const View& view);
+  // The devices that could serve a claim's one request now, in slice order.
+  std::vector<Held> Fit(const nlohmann::json& request, const View& view);
   bool Matches(const std::string& expression, const model::SliceDevice& device,
                const std::string& driver);
   absl::Status Allocate(Tracked& claim, const View& view, absl::Time now);

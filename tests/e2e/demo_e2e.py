@@ -360,6 +360,19 @@ def showback_problems(prom):
         return f"namespaces with claims in use but no in_use cost: {sorted(in_use - billed)}"
     if len(billed) < 2:
         return f"the demo's teams are not all billed yet: {sorted(billed)}"
+    return topology_problems(prom)
+
+
+def topology_problems(prom):
+    """"" once the demo's two-GPU job was seen spread across NUMA nodes in a topology-sensitive
+    class (it is the workload's first claim, on two GPUs under different sockets)."""
+    spread = prom.query('max_over_time(dralens_cluster_claim_spread'
+                        '{spread="cross_numa", topology_sensitive="true"}[1h])')
+    if not spread:
+        return "no topology-sensitive claim seen cross_numa"
+    counted = prom.query('max_over_time(dralens_cluster_claim_topology{spread="cross_numa"}[1h]) > 0')
+    if not counted:
+        return "dralens_cluster_claim_topology never counted the cross_numa claim"
     return ""
 
 
