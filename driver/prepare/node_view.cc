@@ -51,8 +51,10 @@ model::NodeLayout LayoutOf(const model::Inventory& inventory) {
 double GpuFraction(const CheckpointDevice& d, const model::Inventory& inventory) {
   if (d.type == model::DeviceType::kGpu) {
     const model::GpuInfo* gpu = inventory.FindGpuByUuid(d.uuid);
-    if (d.sharing.has_value() && d.sharing->consumed_memory.has_value() && gpu != nullptr &&
-        gpu->memory_bytes > 0) {
+    if (gpu == nullptr) {
+      return 0;  // gone from the inventory (fell off the bus): nothing to price
+    }
+    if (d.sharing.has_value() && d.sharing->consumed_memory.has_value() && gpu->memory_bytes > 0) {
       const double share = static_cast<double>(d.sharing->consumed_memory->Value()) /
                            static_cast<double>(gpu->memory_bytes);
       return std::clamp(share, 0.0, 1.0);

@@ -107,6 +107,7 @@ struct Analyzer::Claim {
   bool age = false;  // has a pending age series
   // Two or more devices allocated: where they landed, and its series.
   std::optional<TopologySpread> spread;
+  std::set<Key> spread_devices;  // the devices `spread` was derived from
   prometheus::Gauge* spread_series = nullptr;
   telemetry::SpanPtr span;
 };

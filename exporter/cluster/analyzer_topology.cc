@@ -35,13 +35,15 @@ void Analyzer::RefreshSpread(Claim& claim) {
       places.push_back(std::move(place));
     }
     spread = ClassifySpread(places);
-    if (!all_known && claim.spread.has_value() && *spread != TopologySpread::kCrossNode) {
-      spread = claim.spread;  // a slice republished: keep what was known
+    if (!all_known && claim.spread.has_value() && claim.spread_devices == keys &&
+        *spread != TopologySpread::kCrossNode) {
+      spread = claim.spread;  // a slice of the same devices republished: keep what was known
     }
   }
+  claim.spread_devices = std::move(keys);
   if (spread == claim.spread && (spread.has_value() == (claim.spread_series != nullptr))) {
     if (claim.spread_series != nullptr) {
-      claim.spread_series->Set(static_cast<double>(keys.size()));
+      claim.spread_series->Set(static_cast<double>(claim.spread_devices.size()));
     }
     return;
   }
@@ -75,7 +77,7 @@ void Analyzer::RefreshSpread(Claim& claim) {
                           {"spread", name},
                           {"topology_sensitive",
                            topology_sensitive_.contains(claim.device_class) ? "true" : "false"}});
-  claim.spread_series->Set(static_cast<double>(keys.size()));
+  claim.spread_series->Set(static_cast<double>(claim.spread_devices.size()));
 }
 
 }  // namespace dralens::exporter::cluster

@@ -108,19 +108,27 @@ TopologySpread ClassifySpread(const std::vector<DevicePlace>& places) {
   if (places.empty()) {
     return TopologySpread::kUnknown;
   }
-  const DevicePlace& first = places.front();
-  bool same_root = !first.pcie_root.empty(), same_numa = first.numa_node.has_value(),
-       numa_known = true;
+  // Two known nodes that differ make it cross_node, whatever else is unknown.
+  const DevicePlace* first = nullptr;
+  bool unpublished = false;
   for (const DevicePlace& p : places) {
     if (p.node.empty()) {
-      return TopologySpread::kUnknown;
+      unpublished = true;
+    } else if (first == nullptr) {
+      first = &p;
+    } else if (p.node != first->node) {
+      return TopologySpread::kCrossNode;
     }
-    if (p.node != first.node) {
-      return TopologySpread::kCrossNode;  // wins whatever else is unknown
-    }
-    same_root = same_root && p.pcie_root == first.pcie_root;
+  }
+  if (unpublished || first == nullptr) {
+    return TopologySpread::kUnknown;
+  }
+  bool same_root = !first->pcie_root.empty(), same_numa = first->numa_node.has_value(),
+       numa_known = true;
+  for (const DevicePlace& p : places) {
+    same_root = same_root && p.pcie_root == first->pcie_root;
     numa_known = numa_known && p.numa_node.has_value();
-    same_numa = same_numa && p.numa_node == first.numa_node;
+    same_numa = same_numa && p.numa_node == first->numa_node;
   }
   if (same_root) {
     return TopologySpread::kSamePcieRoot;

@@ -1,6 +1,5 @@
 #include "exporter/node/usage_collector.h"
 
-#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -149,9 +148,12 @@ void UsageCollector::ApplyUsage(const model::UsageView& view) {
     if (idle.idle_since.has_value()) {
       // The same time the idle series shows, in GPU-seconds: from idleness's start, through
       // undecided rounds, to this round.
+      // Only forward: a clock that steps back never counts a stretch twice.
       const absl::Time from = idle.accrued_to.value_or(*idle.idle_since);
-      AccrueIdle(claim, std::max(0.0, absl::ToDoubleSeconds(view.at - from)));
-      idle.accrued_to = view.at;
+      if (view.at > from) {
+        AccrueIdle(claim, absl::ToDoubleSeconds(view.at - from));
+        idle.accrued_to = view.at;
+      }
     }
     if (!busy && !decided && idle.series == nullptr) {
       continue;  // never decided: no figure to give

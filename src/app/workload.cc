@@ -448,18 +448,30 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
   if (fits.empty()) {
     return absl::OkStatus();  // stays pending; the cluster role says why
   }
-  std::vector<Held> picks = {fits.front()};
-  // A stand-in that knows nothing of topology: the other devices of a multi-device request
-  // come from the far end of the same node's free devices, as an unconstrained request may
-  // get them from a real scheduler (on a two-socket node, across NUMA nodes).
+  // A stand-in that knows nothing of topology: a multi-device request goes to the first node
+  // with enough free devices, and takes that node's first one and the rest from the far end
+  // of its list, as an unconstrained request may get them from a real scheduler (on a
+  // two-socket node, across NUMA nodes).
   const size_t count = request["exactly"].value("count", 1);
-  for (auto it = fits.rbegin(); it != fits.rend() && picks.size() < count; ++it) {
-    if (it->pool == picks.front().pool && it->device != picks.front().device) {
-      picks.push_back(*it);
+  std::vector<Held> picks;
+  for (const Held& candidate : fits) {
+    std::vector<const Held*> same_pool;
+    for (const Held& h : fits) {
+      if (h.pool == candidate.pool) {
+        same_pool.push_back(&h);
+      }
     }
+    if (same_pool.size() < count) {
+      continue;
+    }
+    picks.push_back(*same_pool.front());
+    for (auto it = same_pool.rbegin(); picks.size() < count; ++it) {
+      picks.push_back(**it);
+    }
+    break;
   }
-  if (picks.size() < count) {
-    return absl::OkStatus();
+  if (picks.empty()) {
+    return absl::OkStatus();  // no node has enough: stays pending
   }
   // The node of the pool (node-local pools are named after their node).
   claim.node = picks.front().pool;

@@ -238,6 +238,8 @@ TEST(GpuFractionTest, WholeSharedStaticAndDynamicParts) {
   // Unknown devices hold nothing that can be priced.
   fixed.uuid = "MIG-gone";
   EXPECT_EQ(GpuFraction(fixed, *inventory), 0);
+  share.uuid = "GPU-gone";
+  EXPECT_EQ(GpuFraction(share, *inventory), 0);
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ TEST(ClassifySpreadTest, OneCasePerRule) {
       {"a device not published",
        {At("a", "r", 0), At("", "", std::nullopt)},
        TopologySpread::kUnknown},
+      {"two nodes around a device not published",
+       {At("a", "r", 0), At("", "", std::nullopt), At("b", "r", 0)},
+       TopologySpread::kCrossNode},
       {"two roots, a NUMA node missing",
        {At("a", "r1", 0), At("a", "r2", std::nullopt)},
        TopologySpread::kUnknown},
@@ -129,6 +132,13 @@ TEST(ClaimTopologyTest, MultiDeviceClaimsBySpreadWhileAllocated) {
   slices.on_add(FourGpus("a"));
   EXPECT_EQ(topology("cross_numa"), 1);
   EXPECT_EQ(topology("unknown"), 0);
+
+  // Allocated anew to other devices, one of them not published: what was known of the old
+  // devices says nothing of the new ones.
+  const nlohmann::json moved = Allocated("pair", {{"a", "gpu-0"}, {"c", "gpu-0"}});
+  claims.on_update(moved, moved);
+  EXPECT_EQ(topology("same_pcie_root"), 0);
+  EXPECT_EQ(topology("unknown"), 1);
 
   // Deleted: its series and count go.
   claims.on_delete(Allocated("wide", {{"a", "gpu-2"}, {"a", "gpu-0"}}));

@@ -309,6 +309,20 @@ TEST_F(NodeCollectorsTest, AnUndecidedRoundNeitherStartsNorEndsIdleness) {
   EXPECT_EQ(Value(registry_, "dralens_node_idle_gpu_seconds_total", {{"product", ""}}), 20 * 0.125);
 }
 
+TEST_F(NodeCollectorsTest, AClockThatStepsBackCountsNoIdleTimeTwice) {
+  const model::NodeDevice gpu0 = Gpu("gpu-0", "GPU-0");
+  collectors_.Apply(View({ClaimOn("one", {gpu0})}));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  const Labels ns = {{"namespace", "ml"}};
+  collectors_.ApplyUsage({.at = t0, .devices = {Used("GPU-0", 0.0)}});
+  collectors_.ApplyUsage({.at = t0 + absl::Seconds(30), .devices = {Used("GPU-0", 0.0)}});
+  EXPECT_EQ(Value(registry_, "dralens_node_idle_gpu_seconds_total", ns), 30);
+  // The wall clock is set back 20 s: the 10-30 s stretch is not counted again.
+  collectors_.ApplyUsage({.at = t0 + absl::Seconds(10), .devices = {Used("GPU-0", 0.0)}});
+  collectors_.ApplyUsage({.at = t0 + absl::Seconds(40), .devices = {Used("GPU-0", 0.0)}});
+  EXPECT_EQ(Value(registry_, "dralens_node_idle_gpu_seconds_total", ns), 40);
+}
+
 TEST(NodeCollectorsThresholdTest, TheIdleThresholdIsTheOperators) {
   prometheus::Registry registry;
   NodeCollectors collectors(registry, NodeCollectorsOptions{.idle_threshold = 0.5});

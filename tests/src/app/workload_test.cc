@@ -219,6 +219,59 @@ TEST_F(WorkloadTest, MemorySharesGoOnlyToConsumableGpusWithShareIdsAndWithinThei
   EXPECT_GE(most_shares, 2u);  // several claims on one GPU at once
 }
 
+TEST_F(WorkloadTest, TwoGpuClaimsTakeTwoGpusOfOneNodeAndTeamsTakeTurns) {
+  common::FakeClock clock;
+  WorkloadOptions options;
+  options.seed = 3;
+  options.mean_pod_duration = absl::Seconds(30);
+  options.max_claims = 40;
+  options.plugin_sockets = sockets_;
+  options.two_gpu_claims = true;
+  options.team_namespaces = {"team-a", "team-b"};
+  Workload workload(options, *client_, clock);
+  ASSERT_TRUE(workload.Setup().ok());
+  ASSERT_TRUE(workload.Step().ok());
+  // The first claim is the two-GPU job, in the second team's namespace (claims take turns).
+  auto first = client_->List(k8s::kResourceClaims, "team-b", {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->items.size(), 1u);
+  const json& claim = first->items[0];
+  EXPECT_EQ(claim["metadata"]["labels"]["dralens.dev/workload"], "two-gpu");
+  EXPECT_EQ(claim["spec"]["devices"]["requests"][0]["exactly"]["count"], 2);
+  const json& results = claim["status"]["allocation"]["devices"]["results"];
+  ASSERT_EQ(results.size(), 2u) << claim.dump();
+  EXPECT_EQ(results[0]["pool"], results[1]["pool"]);
+  EXPECT_NE(results[0]["device"], results[1]["device"]);
+  EXPECT_EQ(workload.stats().prepare_errors, 0);
+  EXPECT_GE(workload.stats().prepared, 1);
+
+  std::map<std::string, int> per_team;
+  for (int i = 0; i < 40; ++i) {
+    clock.Advance(absl::Seconds(2));
+    ASSERT_TRUE(workload.Step().ok());
+    std::set<std::string> seen;
+    for (const char* ns : {"team-a", "team-b"}) {
+      auto list = client_->List(k8s::kResourceClaims, ns, {});
+      ASSERT_TRUE(list.ok()) << list.status();
+      per_team[ns] = std::max<int>(per_team[ns], static_cast<int>(list->items.size()));
+      for (const json& c : list->items) {
+        if (!c.contains("status") || !c["status"].contains("allocation")) {
+          continue;
+        }
+        for (const json& r : c["status"]["allocation"]["devices"]["results"]) {
+          const std::string key =
+              absl::StrCat(r["pool"].get<std::string>(), "/", r["device"].get<std::string>());
+          EXPECT_TRUE(seen.insert(key).second) << key << " allocated twice";
+        }
+      }
+    }
+  }
+  EXPECT_GT(per_team["team-a"], 0);
+  EXPECT_GT(per_team["team-b"], 0);
+  EXPECT_EQ(workload.stats().prepare_errors, 0);
+  workload.Stop();
+}
+
 TEST_F(WorkloadTest, TheSameSeedMakesTheSameClaims) {
   auto names = [&](uint64_t seed) {
     common::FakeClock clock;
