@@ -232,11 +232,22 @@ class InformerTest : public ::testing::Test {
     Remove(absl::StrCat(prefix, 3));
   }
 
-  // Waits until the server has closed every watch (DropWatches is asynchronous).
-  void WaitForNoWatches() {
+  // Closes every watch and keeps them closed while a watch fault is injected. A watch request
+  // that passed the server's fault check just before the injection can still open after a
+  // drop (it takes the drop generation when it starts streaming), so this drops again until
+  // no watch has been open for a while.
+  void KeepOffWatches() {
     const absl::Time deadline = absl::Now() + kDeadline;
-    while (server_->OpenWatchesForTest() > 0 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(5));
+    server_->DropWatches();
+    int quiet = 0;
+    while (quiet < 10 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+      if (server_->OpenWatchesForTest() > 0) {
+        server_->DropWatches();
+        quiet = 0;
+      } else {
+        ++quiet;
+      }
     }
   }
 
@@ -364,8 +375,7 @@ TEST_P(InformerFaultTest, RelistsWhenHistoryIsCompacted) {
   ASSERT_TRUE(informer_->WaitForSync(kDeadline));
   // Keep the informer off the server while history moves on and is compacted.
   Inject(FaultRule::Kind::kStatus, "watch", -1);
-  server_->DropWatches();
-  WaitForNoWatches();
+  KeepOffWatches();
   const std::string stale_rv = informer_->LastResourceVersion();
   Remove("a-0");
   Churn("b-");
@@ -587,8 +597,7 @@ TEST_F(InformerTest, HashesOnlyDeletesVanishedObjectsWithTheirNamespace) {
   ASSERT_TRUE(informer_->WaitForSync(kDeadline));
   // Off the server while pods vanish; the relist after 410 must report them, by key.
   Inject(FaultRule::Kind::kStatus, "watch", -1);
-  server_->DropWatches();
-  WaitForNoWatches();
+  KeepOffWatches();
   ASSERT_TRUE(client_->Delete(kPods, "ns", "b", DeleteOptions()).ok());
   ASSERT_TRUE(client_->Delete(kPods, "ns", "d", DeleteOptions()).ok());
   server_->CompactHistory();
