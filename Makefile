@@ -45,7 +45,7 @@ sanitize: deps
 # The whole suite under ThreadSanitizer (its own build folder). Debian's gRPC, abseil and
 # libstdc++ are not instrumented: src/common/tsan_absl_sync.cc tells TSan about absl's locks,
 # ignore_noninstrumented_modules keeps TSan's memcpy/malloc interceptors from judging those
-# libraries' internals, and tests/tsan.supp holds what remains (nothing today).
+# libraries' internals, and tests/tsan.supp holds what remains (one race inside gRPC).
 TSAN_OPTIONS_MAKE = suppressions=$(CURDIR)/tests/tsan.supp ignore_noninstrumented_modules=1 \
 	halt_on_error=1 second_deadlock_stack=1
 tsan: deps
