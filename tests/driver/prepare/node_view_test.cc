@@ -9,6 +9,7 @@
 #include "driver/slices/slice_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/status.h"
 #include "tests/driver/prepare/prepare_test_util.h"
 
 namespace dralens::driver::prepare {
@@ -143,13 +144,17 @@ TEST_F(NodeViewTest, ADeviceSharedByTwoClaimsCountsOnce) {
             2);
 }
 
+// The inventory of kProfile, as the simulated source discovers it.
+absl::StatusOr<model::Inventory> Discover() {
+  ASSIGN_OR_RETURN(discovery::SimulatedProfile profile,
+                   discovery::ParseSimulatedProfileJson(kProfile));
+  ASSIGN_OR_RETURN(auto source, discovery::SimulatedDeviceSource::Create(profile, kNode));
+  return source->Discover();
+}
+
 TEST(PreparedClaimsOfTest, OnlyCompletedClaimsWithTheirDcgmKeys) {
-  auto profile = discovery::ParseSimulatedProfileJson(kProfile);
-  ASSERT_TRUE(profile.ok());
-  auto source = discovery::SimulatedDeviceSource::Create(*profile, kNode);
-  ASSERT_TRUE(source.ok());
-  auto inventory = (*source)->Discover();
-  ASSERT_TRUE(inventory.ok());
+  absl::StatusOr<model::Inventory> inventory = Discover();
+  ASSERT_TRUE(inventory.ok()) << inventory.status();
   const model::MigDevice& mig = inventory->mig_devices().at(0);
 
   Checkpoint cp;
@@ -196,12 +201,8 @@ TEST(PreparedClaimsOfTest, OnlyCompletedClaimsWithTheirDcgmKeys) {
 
 // What a claim holds of its GPU, counted as the cluster role counts GPU-equivalents.
 TEST(GpuFractionTest, WholeSharedStaticAndDynamicParts) {
-  auto profile = discovery::ParseSimulatedProfileJson(kProfile);
-  ASSERT_TRUE(profile.ok());
-  auto source = discovery::SimulatedDeviceSource::Create(*profile, kNode);
-  ASSERT_TRUE(source.ok());
-  auto inventory = (*source)->Discover();
-  ASSERT_TRUE(inventory.ok());
+  absl::StatusOr<model::Inventory> inventory = Discover();
+  ASSERT_TRUE(inventory.ok()) << inventory.status();
   const model::GpuInfo* whole_gpu = nullptr;
   for (const model::GpuInfo& gpu : inventory->gpus()) {
     if (!gpu.mig_enabled()) {

@@ -78,13 +78,17 @@ class WorkloadTest : public ::testing::Test {
     drivers_.push_back(*std::move(driver));
   }
 
-  std::unique_ptr<Workload> MakeWorkload(uint64_t seed, common::Clock& clock) {
+  WorkloadOptions Options(uint64_t seed) {
     WorkloadOptions options;
     options.seed = seed;
     options.mean_pod_duration = absl::Seconds(30);
     options.max_claims = 40;
     options.plugin_sockets = sockets_;
-    return std::make_unique<Workload>(options, *client_, clock);
+    return options;
+  }
+
+  std::unique_ptr<Workload> MakeWorkload(uint64_t seed, common::Clock& clock) {
+    return std::make_unique<Workload>(Options(seed), *client_, clock);
   }
 
   std::vector<json> Claims() {
@@ -221,11 +225,7 @@ TEST_F(WorkloadTest, MemorySharesGoOnlyToConsumableGpusWithShareIdsAndWithinThei
 
 TEST_F(WorkloadTest, TwoGpuClaimsTakeTwoGpusOfOneNodeAndTeamsTakeTurns) {
   common::FakeClock clock;
-  WorkloadOptions options;
-  options.seed = 3;
-  options.mean_pod_duration = absl::Seconds(30);
-  options.max_claims = 40;
-  options.plugin_sockets = sockets_;
+  WorkloadOptions options = Options(3);
   options.two_gpu_claims = true;
   options.team_namespaces = {"team-a", "team-b"};
   Workload workload(options, *client_, clock);
