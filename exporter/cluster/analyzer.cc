@@ -58,6 +58,7 @@ int Analyzer::SelectorId(const std::string& expression) {
   auto [it, inserted] = selector_ids_.emplace(expression, static_cast<int>(programs_.size()));
   if (inserted) {
     programs_.push_back(cel::Program::Compile(expression));
+    expressions_.push_back(expression);
     if (!programs_.back().ok()) {
       DLOG(kWarn, "cluster", "selector does not compile; its verdicts are unknown",
            {{"expression", expression}, {"error", programs_.back().status().message()}});

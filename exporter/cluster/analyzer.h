@@ -42,6 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "exporter/cluster/explain.h"
 #include "exporter/cluster/findings.h"
 #include "exporter/cluster/object_series.h"
 #include "exporter/cluster/pricing.h"
@@ -108,6 +109,16 @@ class Analyzer {
   // The current pending verdict of a claim ("ns/name"), for tests and /debug.
   std::optional<PendingReason> PendingReasonOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<ClaimState> StateOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
+  // Why the claim pends (each request's funnel) or where it landed, what it holds and what it
+  // has cost so far; nullopt for a claim not in the cache. O(devices of the requests' classes).
+  std::optional<ClaimExplanation> Explain(const std::string& ns, const std::string& name)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The pending claims ("ns/name", uid, reason), for the Events on pending claims. O(pending).
+  struct PendingClaim {
+    std::string ns, name, uid;
+    PendingReason reason = PendingReason::kWaitingForPod;
+  };
+  std::vector<PendingClaim> PendingClaims() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The per-object series that live outside the registry given to the constructor
   // (dralens_cluster_pending_claim_age_seconds); the metrics server collects them beside it.
@@ -202,8 +213,13 @@ class Analyzer {
   void UpdateHeld(const std::map<std::vector<std::string>, double>& before,
                   const std::map<std::vector<std::string>, double>& after, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The physical GPUs of a node, in GPU-equivalents by state and stranded kind.
-  GpuTally TallyGpus(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The physical GPUs of a node, in GPU-equivalents by state and stranded kind. With `of_claim`,
+  // also adds what that claim holds on the node to `parts` by (class, product).
+  GpuTally TallyGpus(const std::string& node, const Claim* of_claim = nullptr,
+                     std::map<std::pair<std::string, std::string>, double>* parts = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One leaf request's funnel over the devices of its class (explain.h).
+  RequestFunnel LeafFunnel(const std::shared_ptr<Request>& leaf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The holders of a device and the share of it each holds (summing to at most 1).
   std::vector<std::pair<const Claim*, double>> HolderShares(const Device& device) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -242,6 +258,7 @@ class Analyzer {
   // Selectors: compiled once per distinct expression.
   std::unordered_map<std::string, int> selector_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::StatusOr<cel::Program>> programs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> expressions_ ABSL_GUARDED_BY(mu_);  // by selector id
 
   std::map<std::string, std::vector<int>> classes_ ABSL_GUARDED_BY(mu_);  // name -> selectors
   std::unordered_map<Key, std::unique_ptr<Device>> devices_ ABSL_GUARDED_BY(mu_);

@@ -49,10 +49,12 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
     c->name = obj.metadata.name;
     c->uid = obj.metadata.uid;
     c->created = obj.metadata.creation_timestamp.value_or(clock_.Now());
-    auto build = [&](const std::string& cls, const std::vector<model::DeviceSelector>& selectors,
+    auto build = [&](const std::string& name, const std::string& cls,
+                     const std::vector<model::DeviceSelector>& selectors,
                      const std::vector<model::DeviceToleration>& tolerations,
                      const std::string& mode, int64_t count) {
       auto r = std::make_shared<Request>();
+      r->name = name;
       r->device_class = cls;
       r->tolerations = tolerations;
       r->all = mode == "All";
@@ -68,12 +70,14 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
     for (const model::DeviceRequest& req : obj.spec.devices.requests) {
       if (req.exactly.has_value()) {
         const model::ExactDeviceRequest& e = *req.exactly;
-        c->requests.push_back(
-            build(e.device_class_name, e.selectors, e.tolerations, e.allocation_mode, e.count));
+        c->requests.push_back(build(req.name, e.device_class_name, e.selectors, e.tolerations,
+                                    e.allocation_mode, e.count));
       } else {
         auto r = std::make_shared<Request>();
+        r->name = req.name;
         for (const model::DeviceSubRequest& sub : req.first_available) {
-          r->alternatives.push_back(build(sub.device_class_name, sub.selectors, sub.tolerations,
+          r->alternatives.push_back(build(absl::StrCat(req.name, "/", sub.name),
+                                          sub.device_class_name, sub.selectors, sub.tolerations,
                                           sub.allocation_mode, sub.count));
           absl::StrAppend(&r->signature, "\x1c", r->alternatives.back()->signature);
         }
@@ -118,7 +122,15 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
         capacity[name] += value.AsApproximateDouble();
       }
     }
-    claim.allocation_time = allocation->allocation_timestamp;
+    if (allocation->allocation_timestamp.has_value()) {
+      claim.allocation_time = allocation->allocation_timestamp;
+    } else if (!claim.allocated && (claim.has_state || deriving_)) {
+      // No timestamp: when this replica saw the allocation happen. A claim that was already
+      // allocated in the initial LIST has no known allocation time.
+      claim.allocation_time = clock_.Now();
+    }
+  } else {
+    claim.allocation_time.reset();
   }
   claim.allocated = allocation.has_value();
   SetClaimAllocations(claim, std::move(devices), std::move(consumed));

@@ -155,7 +155,9 @@ const Analyzer::Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& fr
   return c == claims_by_key_.end() ? nullptr : c->second.get();
 }
 
-Analyzer::GpuTally Analyzer::TallyGpus(const std::string& node) {
+Analyzer::GpuTally Analyzer::TallyGpus(
+    const std::string& node, const Claim* of_claim,
+    std::map<std::pair<std::string, std::string>, double>* parts) {
   GpuTally tally;
   auto devs = node_devices_.find(node);
   if (devs == node_devices_.end()) {
@@ -256,6 +258,9 @@ Analyzer::GpuTally Analyzer::TallyGpus(const std::string& node) {
     };
     double allocated = 0;
     for (const Held& h : held) {
+      if (parts != nullptr && h.claim == of_claim) {
+        (*parts)[{*h.device_class, product}] += h.gpus;
+      }
       if (h.gpus > 0) {
         // Showback counts what a claim holds whether or not its device is usable now.
         tally.held[{h.claim->ns, *h.device_class, product,

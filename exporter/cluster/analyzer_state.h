@@ -81,6 +81,7 @@ struct Analyzer::CounterSet {
 };
 
 struct Analyzer::Request {
+  std::string name;  // "gpu", or "gpu/h100" for an option of a firstAvailable request
   std::string signature;
   std::string device_class;
   std::vector<int> selectors;

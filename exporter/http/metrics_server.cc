@@ -75,6 +75,10 @@ void MetricsServer::AddJsonEndpoint(const std::string& path,
   json_endpoints_.emplace_back(path, std::move(render));
 }
 
+void MetricsServer::AddJsonPrefixEndpoint(const std::string& prefix, JsonLookup render) {
+  json_prefix_endpoints_.emplace_back(prefix, std::move(render));
+}
+
 namespace {
 
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
@@ -197,6 +201,19 @@ absl::Status MetricsServer::Start(const std::string& address,
     }
     res.set_content(std::move(body), std::string(telemetry::ContentType(format)));
   });
+  for (const auto& [prefix, render] : json_prefix_endpoints_) {
+    // Prefixes are plain paths ("/debug/claims/"): no character in them is special to a regex.
+    server_->Get(prefix + "(.+)", [render = render](const httplib::Request& req,
+                                                    httplib::Response& res) {
+      std::optional<nlohmann::json> body = render(req.matches[1].str());
+      if (!body.has_value()) {
+        res.status = 404;
+        body = nlohmann::json{{"error", "not found"}, {"path", req.path}};
+      }
+      res.set_content(body->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+                      "application/json");
+    });
+  }
   for (const auto& [path, render] : json_endpoints_) {
     server_->Get(path, [render = render](const httplib::Request&, httplib::Response& res) {
       // Claim names and API error texts end up here: never let a stray byte fail the page.

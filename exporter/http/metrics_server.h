@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +71,10 @@ class MetricsServer {
   // Serves GET `path` (e.g. "/debug/claims") as pretty-printed JSON from `render`, called per
   // request on a server thread. Call before Start().
   void AddJsonEndpoint(const std::string& path, std::function<nlohmann::json()> render);
+  // Serves GET `prefix`<rest> (e.g. "/debug/claims/" + "ns/name") from `render(rest)`; nullopt
+  // answers 404 with a JSON error. `prefix` ends with '/'. Call before Start().
+  using JsonLookup = std::function<std::optional<nlohmann::json>(const std::string& rest)>;
+  void AddJsonPrefixEndpoint(const std::string& prefix, JsonLookup render);
   void Stop();
   int port() const { return port_; }
 
@@ -83,6 +88,7 @@ class MetricsServer {
   std::vector<const prometheus::Collectable*> collectables_;
   std::vector<const telemetry::TextSource*> text_sources_;
   std::vector<std::pair<std::string, std::function<nlohmann::json()>>> json_endpoints_;
+  std::vector<std::pair<std::string, JsonLookup>> json_prefix_endpoints_;
   // Whether `authorization` carries the expected bearer token (constant-time compare).
   bool Authorized(const std::string& authorization);
 

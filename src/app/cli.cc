@@ -49,6 +49,8 @@ int RunCli(int argc, char** argv) {
     role = Role::kCluster;
   } else if (command == "demo") {
     role = Role::kDemo;
+  } else if (command == "explain") {
+    role = Role::kExplain;
   } else {
     std::fprintf(stderr, "dralens: unknown role \"%s\"\n\n%s", command.c_str(),
                  TopLevelHelp().c_str());
@@ -67,8 +69,13 @@ int RunCli(int argc, char** argv) {
   }
   common::LogLevel level = common::LogLevel::kInfo;
   common::ParseLogLevel(flags->Get("log-level"), &level);
+  if (role == Role::kExplain && flags->Source("log-level") == "default") {
+    level = common::LogLevel::kWarn;  // a command's output, not a daemon's log
+  }
   common::SetLogLevel(level);
-  BlockShutdownSignals();
+  if (role != Role::kExplain) {
+    BlockShutdownSignals();  // a command ends by itself; Ctrl-C stops it as usual
+  }
   switch (role) {
     case Role::kNode:
       return RunNode(*flags);
@@ -76,6 +83,8 @@ int RunCli(int argc, char** argv) {
       return RunCluster(*flags);
     case Role::kDemo:
       return RunDemo(*flags);
+    case Role::kExplain:
+      return RunExplain(*flags);
   }
   return kUsageError;
 }

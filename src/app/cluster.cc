@@ -54,6 +54,7 @@ int RunCluster(const FlagValues& flags) {
          }
          options.price_file = flags.Get("price-file");
          options.topology_sensitive_classes = ClassList(flags.Get("topology-sensitive-classes"));
+         options.claim_events = flags.GetBool("claim-events");
          options.leader_elect = flags.GetBool("leader-elect");
          options.election.lease_name = flags.Get("leader-elect-lease-name");
          options.election.lease_namespace = flags.Get("leader-elect-lease-namespace");
@@ -61,6 +62,7 @@ int RunCluster(const FlagValues& flags) {
          if (options.election.identity.empty()) {
            options.election.identity = HostName();
          }
+         options.instance = options.election.identity;
          ASSIGN_OR_RETURN(role, ClusterRole::Start(std::move(options), *client, kube_metrics.get(),
                                                    *registry, telemetry.tracer()));
          return absl::OkStatus();
@@ -72,6 +74,7 @@ int RunCluster(const FlagValues& flags) {
          metrics_server->AddCollectable(telemetry.tracing_metrics.get());
          metrics_server->AddCollectable(role->collectable());
          metrics_server->AddTextSource(role->text_source());
+         AddClaimDebugEndpoint(*metrics_server, *role);
          return metrics_server->Start(flags.Get("metrics-address"), MetricsSecurity(flags));
        }},
       {"wait for shutdown",

@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "exporter/cluster/feed.h"
 #include "exporter/cluster/pricing.h"
+#include "src/app/claim_event_writer.h"
 #include "src/common/status.h"
 #include "src/telemetry/catalog.h"
 
@@ -20,6 +21,17 @@ std::set<std::string> ClassList(absl::string_view value) {
     }
   }
   return out;
+}
+
+void AddClaimDebugEndpoint(exporter::MetricsServer& server, ClusterRole& role) {
+  server.AddJsonPrefixEndpoint("/debug/claims/",
+                               [&role](const std::string& rest) -> std::optional<nlohmann::json> {
+                                 std::vector<std::string> parts = absl::StrSplit(rest, '/');
+                                 if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+                                   return std::nullopt;
+                                 }
+                                 return role.ExplainJson(parts[0], parts[1]);
+                               });
 }
 
 absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
@@ -72,6 +84,7 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
       if (!synced && self->watch_->Ready().ok()) {
         self->analyzer_->SetSynced();
         synced = true;
+        self->synced_ = true;
       }
       if (synced) {
         self->analyzer_->Tick();
@@ -80,6 +93,24 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
     } while (!self->stop_ticker_.WaitForNotificationWithTimeout(
         synced ? tick : std::min(tick, absl::Milliseconds(20))));
   });
+
+  if (options.claim_events) {
+    role->event_sink_ = std::make_unique<ClaimEventWriter>(client, options.instance);
+    role->event_recorder_ = std::make_unique<exporter::cluster::ClaimEventRecorder>(
+        *role->analyzer_, *role->event_sink_, registry, options.claim_event_options);
+    const absl::Duration period = options.claim_event_period;
+    role->event_thread_ = std::make_unique<std::thread>([self, period] {
+      // Only the leader writes; a replica that stops leading forgets what it wrote, since the
+      // next leader may write after it.
+      do {
+        if (!self->gate_->leader()) {
+          self->event_recorder_->Reset();
+        } else if (self->synced_) {
+          self->event_recorder_->Step();
+        }
+      } while (!self->stop_ticker_.WaitForNotificationWithTimeout(period));
+    });
+  }
 
   if (!options.leader_elect) {
     role->gate_->SetLeader(true);
@@ -94,6 +125,15 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
 }
 
 ClusterRole::~ClusterRole() { Stop(); }
+
+std::optional<nlohmann::json> ClusterRole::ExplainJson(const std::string& ns,
+                                                       const std::string& name) {
+  std::optional<exporter::cluster::ClaimExplanation> e = analyzer_->Explain(ns, name);
+  if (!e.has_value()) {
+    return std::nullopt;
+  }
+  return exporter::cluster::ExplanationJson(*e);
+}
 
 void ClusterRole::UpdateStaleness() {
   const absl::Time now = absl::Now();
@@ -112,9 +152,14 @@ void ClusterRole::Stop() {
   if (elector_) {
     elector_->Stop();  // releases the lease for the standby
   }
-  if (ticker_) {
+  if (ticker_ || event_thread_) {
     stop_ticker_.Notify();
+  }
+  if (ticker_) {
     ticker_->join();
+  }
+  if (event_thread_) {
+    event_thread_->join();
   }
   if (watch_) {
     watch_->Stop();

@@ -4,7 +4,9 @@
 // runs one beside its simulated nodes.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -17,7 +19,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/claim_events.h"
 #include "exporter/cluster/leader_gate.h"
+#include "exporter/http/metrics_server.h"
+#include "nlohmann/json.hpp"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "src/app/cluster_watch.h"
@@ -38,7 +43,19 @@ struct ClusterRoleOptions {
   k8s::LeaderElectionOptions election;
   // How often pending ages and stranded device-seconds are brought up to date between events.
   absl::Duration tick = absl::Seconds(5);
+  // Kubernetes Events on pending claims (exporter/cluster/claim_events.h), written by the
+  // leader; `instance` is their reportingInstance (this replica).
+  bool claim_events = true;
+  std::string instance = "dralens-cluster";
+  exporter::cluster::ClaimEventOptions claim_event_options = {};
+  // How often the leader looks for Events to write.
+  absl::Duration claim_event_period = absl::Seconds(5);
 };
+
+class ClusterRole;
+
+// Serves /debug/claims/<namespace>/<name> from `role` on `server` (before it starts).
+void AddClaimDebugEndpoint(exporter::MetricsServer& server, ClusterRole& role);
 
 // "a, b,,c" -> {a, b, c}: a comma-separated list of DeviceClass names.
 std::set<std::string> ClassList(absl::string_view value);
@@ -66,6 +83,9 @@ class ClusterRole {
   prometheus::Collectable* collectable() { return gate_.get(); }
   // The cluster families kept as text, behind the same gate.
   const telemetry::TextSource* text_source() { return gate_.get(); }
+  // /debug/claims/<namespace>/<name>: the claim's explanation (exporter/cluster/explain.h), or
+  // nullopt when the cache has no such claim.
+  std::optional<nlohmann::json> ExplainJson(const std::string& ns, const std::string& name);
 
  private:
   ClusterRole() = default;
@@ -81,6 +101,10 @@ class ClusterRole {
   std::vector<std::pair<std::string, prometheus::Gauge*>> stale_;
   absl::Notification stop_ticker_;
   std::unique_ptr<std::thread> ticker_;
+  std::atomic<bool> synced_{false};  // the analyzer has derived its findings
+  std::unique_ptr<exporter::cluster::ClaimEventSink> event_sink_;
+  std::unique_ptr<exporter::cluster::ClaimEventRecorder> event_recorder_;
+  std::unique_ptr<std::thread> event_thread_;
   bool stopped_ = false;
 };
 

@@ -328,6 +328,9 @@ int RunDemo(const FlagValues& flags) {
            options.topology_sensitive_classes.insert(flags.Get("driver-name"));
          }
          options.tick = absl::Seconds(1);
+         options.claim_events = flags.GetBool("claim-events");
+         options.instance = "dralens-demo";
+         options.claim_event_period = absl::Seconds(1);
          ASSIGN_OR_RETURN(
              cluster, ClusterRole::Start(std::move(options), *client, kube_metrics.get(), *registry,
                                          telemetry.tracer()));
@@ -343,6 +346,7 @@ int RunDemo(const FlagValues& flags) {
          metrics_server->AddCollectable(telemetry.tracing_metrics.get());
          metrics_server->AddCollectable(cluster->collectable());
          metrics_server->AddTextSource(cluster->text_source());
+         AddClaimDebugEndpoint(*metrics_server, *cluster);
          return metrics_server->Start(flags.Get("metrics-address"), MetricsSecurity(flags));
        }},
       {"start the workload",

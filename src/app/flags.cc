@@ -76,6 +76,8 @@ std::string CheckUnsigned(absl::string_view v) {
 
 std::vector<FlagSpec> BuildFlags() {
   const std::vector<Role> node = {Role::kNode, Role::kDemo};
+  const std::vector<Role> all_and_explain = {Role::kNode, Role::kCluster, Role::kDemo,
+                                             Role::kExplain};
   const std::vector<Role> all(std::begin(kAll), std::end(kAll));
   std::vector<FlagSpec> f;
   f.push_back({"node-name",
@@ -92,9 +94,35 @@ std::vector<FlagSpec> BuildFlags() {
                "KUBECONFIG",
                "",
                "Path to a kubeconfig file. Unset means the in-cluster service account "
-               "(`demo` ignores it and uses its embedded API server).",
-               {Role::kNode, Role::kCluster},
+               "(`explain`: ~/.kube/config when it exists; `demo` ignores it and uses its "
+               "embedded API server).",
+               {Role::kNode, Role::kCluster, Role::kExplain},
                nullptr});
+  f.push_back({"server",
+               "DRALENS_SERVER",
+               "",
+               "API server URL, e.g. the demo's `http://127.0.0.1:8080`; overrides the "
+               "kubeconfig's.",
+               {Role::kExplain},
+               nullptr});
+  f.push_back({"namespace",
+               "DRALENS_NAMESPACE",
+               "",
+               "Namespace of the claim to explain; unset means the kubeconfig context's, else "
+               "`default`.",
+               {Role::kExplain},
+               nullptr,
+               /*is_bool=*/false,
+               /*short_name=*/'n'});
+  f.push_back({"output",
+               "DRALENS_OUTPUT",
+               "text",
+               "`text`, or `json` (what the cluster role serves on "
+               "`/debug/claims/<namespace>/<name>`).",
+               {Role::kExplain},
+               OneOf({"text", "json"}),
+               /*is_bool=*/false,
+               /*short_name=*/'o'});
   f.push_back({"kubelet-registry-dir", "DRALENS_KUBELET_REGISTRY_DIR",
                "/var/lib/kubelet/plugins_registry",
                "Kubelet plugin registration directory; the registration socket is "
@@ -316,14 +344,22 @@ std::vector<FlagSpec> BuildFlags() {
                "(`{\"default\": 2, \"deviceClasses\": {...}, \"products\": {...}}`); they turn "
                "stranded GPU-seconds into `dralens_cluster_stranded_cost_total` (a MIG instance or "
                "share costs its fraction of a GPU).",
-               {Role::kCluster},
+               {Role::kCluster, Role::kExplain},
                nullptr});
   f.push_back({"price-per-device-hour",
                "DRALENS_PRICE_PER_DEVICE_HOUR",
                "0",
                "Price of one GPU-hour for GPUs the price file does not name.",
-               {Role::kCluster},
+               {Role::kCluster, Role::kExplain},
                CheckNonNegativeNumber});
+  f.push_back({"claim-events",
+               "DRALENS_CLAIM_EVENTS",
+               "true",
+               "Write Kubernetes Events (events.k8s.io/v1) on pending claims, from the leader: the "
+               "pending reason and each request's funnel, at most one per claim per reason "
+               "change or per 10 minutes, 5 per second fleet-wide (`kubectl get events`).",
+               {Role::kCluster, Role::kDemo},
+               OneOf({"true", "false"})});
   f.push_back({"topology-sensitive-classes",
                "DRALENS_TOPOLOGY_SENSITIVE_CLASSES",
                "",
@@ -331,12 +367,13 @@ std::vector<FlagSpec> BuildFlags() {
                "close together: their `dralens_cluster_claim_spread` series carry "
                "`topology_sensitive=\"true\"`, which the alert DralensClaimTopologyPoor watches. "
                "Unset, the demo marks its full-GPU class.",
-               {Role::kCluster, Role::kDemo},
+               {Role::kCluster, Role::kDemo, Role::kExplain},
                nullptr});
   f.push_back({"log-level", "DRALENS_LOG_LEVEL", "info",
                "Lowest level logged: debug, info, warn or error. Lines go to stderr; the "
-               "demo's go to its log file (see `--verbose`).",
-               all, OneOf({"debug", "info", "warn", "error"})});
+               "demo's go to its log file (see `--verbose`). `explain` logs warnings and errors "
+               "unless set.",
+               all_and_explain, OneOf({"debug", "info", "warn", "error"})});
   f.push_back({"verbose",
                "DRALENS_VERBOSE",
                "false",
@@ -378,6 +415,8 @@ absl::string_view ToString(Role role) {
       return "cluster";
     case Role::kDemo:
       return "demo";
+    case Role::kExplain:
+      return "explain";
   }
   return "unknown";
 }
@@ -440,6 +479,14 @@ absl::StatusOr<FlagValues> ParseFlags(Role role, const std::vector<std::string>&
         }
       }
     }
+    if (role == Role::kExplain && !absl::StartsWith(arg, "-")) {
+      if (!values.Get("claim").empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg,
+                                                       "\": `dralens explain` explains one claim"));
+      }
+      values.Set("claim", arg, "argument");
+      continue;
+    }
     if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
       return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg,
                                                      "\" for `dralens ", ToString(role),
@@ -499,6 +546,16 @@ std::string RoleHelp(Role role) {
           "Usage: dralens demo [flags]\n\nStarts an embedded API server, simulated GPU nodes and "
           "the cluster role on this machine; no cluster needed.\n";
       break;
+    case Role::kExplain:
+      out =
+          "Usage: dralens explain [-n NAMESPACE] CLAIM [flags]\n"
+          "       kubectl dralens explain [-n NAMESPACE] CLAIM [flags]   (installed as "
+          "kubectl-dralens)\n\n"
+          "Reads the live API and says why a ResourceClaim pends (each request's funnel: "
+          "devices of its class, those its selectors match, untainted, free, and the nearest "
+          "miss) or, for an allocated claim, where it landed, its topology spread, whether a "
+          "pod uses it and its cost so far.\n";
+      break;
   }
   out += "\nFlags (each has an environment twin; a flag wins over its variable):\n";
   for (const FlagSpec& spec : AllFlags()) {
@@ -530,6 +587,9 @@ std::string TopLevelHelp() {
          "  node      DRA kubelet plugin for one GPU node (DaemonSet)\n"
          "  cluster   cluster-wide analysis: pending claims, stranded capacity (Deployment)\n"
          "  demo      embedded API server + simulated nodes + cluster role, on this machine\n"
+         "\n"
+         "Commands:\n"
+         "  explain   why a claim pends, or where it landed and what it costs so far\n"
          "\n"
          "Run `dralens <role> --help` for the flags of a role.\n";
 }

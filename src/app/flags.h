@@ -16,7 +16,8 @@
 
 namespace dralens::app {
 
-enum class Role { kNode, kCluster, kDemo };
+// The three roles, and `explain`, a one-shot command that reads the live API.
+enum class Role { kNode, kCluster, kDemo, kExplain };
 
 absl::string_view ToString(Role role);
 
@@ -29,7 +30,7 @@ struct FlagSpec {
   // Checks a value; returns a message saying what is allowed, or "" when it is fine.
   std::function<std::string(absl::string_view)> check;
   bool is_bool = false;  // may be given without a value: --flag means --flag=true
-  char short_name = 0;   // a boolean flag's one-letter form, e.g. 'v' for -v; 0 means none
+  char short_name = 0;   // one-letter form, e.g. 'v' for -v or 'n' for -n NS; 0 means none
 };
 
 // All flags, in --help order.
@@ -49,8 +50,9 @@ class FlagValues {
   std::map<std::string, std::string, std::less<>> sources_;
 };
 
-// Parses the arguments after the role name. `getenv` looks up environment variables (tests
-// pass a map). Errors name the offending flag or variable and say what is allowed.
+// Parses the arguments after the role name. `explain` also takes one argument that is not a
+// flag, the claim's name, returned as the value "claim". `getenv` looks up environment variables
+// (tests pass a map). Errors name the offending flag or variable and say what is allowed.
 absl::StatusOr<FlagValues> ParseFlags(Role role, const std::vector<std::string>& args,
                                       const std::function<const char*(const char*)>& getenv);
 

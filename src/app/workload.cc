@@ -516,6 +516,10 @@ absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now
   if (!config.empty()) {
     allocation["devices"]["config"] = config;
   }
+  // As kube-scheduler does with DRADeviceBindingConditions: when the allocation was made, which
+  // `dralens explain` prices a claim from.
+  allocation["allocationTimestamp"] =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", clock_.Now(), absl::UTCTimeZone());
   object["status"]["allocation"] = allocation;
   json reserved = json::array();
   for (const std::string& pod : claim.pods) {

@@ -48,6 +48,7 @@ inline const ResourceType kPods{"", "v1", "pods", "Pod", true};
 inline const ResourceType kNodes{"", "v1", "nodes", "Node", false};
 inline const ResourceType kNamespaces{"", "v1", "namespaces", "Namespace", false};
 inline const ResourceType kLeases{"coordination.k8s.io", "v1", "leases", "Lease", true};
+inline const ResourceType kEvents{"events.k8s.io", "v1", "events", "Event", true};
 
 struct ListOptions {
   std::string label_selector;

@@ -31,6 +31,7 @@
 #include "src/common/log.h"
 #include "src/sim/resources.h"
 #include "src/sim/selectors.h"
+#include "src/sim/tables.h"
 #include "src/sim/validation.h"
 
 namespace dralens::sim {
@@ -369,6 +370,28 @@ struct Event {
   ObjPtr prev;  // the object before the change; null for ADDED
 };
 
+// An object (or a list, or a Status) as the client of `info` sees it: stored objects of a
+// resource with a second face are converted (src/sim/resources.h).
+json ClientView(const ResourceInfo& info, const json& stored) {
+  if (info.from_storage == nullptr || !stored.is_object()) {
+    return stored;
+  }
+  const std::string kind = stored.value("kind", std::string());
+  if (kind == "Status") {
+    return stored;
+  }
+  if (kind == info.ListKind() && stored.contains("items")) {
+    json list = stored;
+    for (json& item : list["items"]) {
+      item = info.from_storage(item);
+      item.erase("kind");
+      item.erase("apiVersion");
+    }
+    return list;
+  }
+  return info.from_storage(stored);
+}
+
 struct ResourceStore {
   std::map<std::string, ObjPtr> objects;  // ordered by key, as etcd lists them
   std::deque<Event> history;
@@ -382,7 +405,10 @@ struct Filter {
   FieldSelector fields;
   const ResourceInfo* info = nullptr;
 
-  bool Matches(const json& obj) const {
+  bool Matches(const json& stored) const {
+    const json converted =
+        info != nullptr && info->from_storage != nullptr ? info->from_storage(stored) : json();
+    const json& obj = converted.is_null() ? stored : converted;
     if (!ns.empty() && MetaString(obj, "namespace") != ns) {
       return false;
     }
@@ -982,7 +1008,12 @@ void ApiServer::Impl::Handle(const httplib::Request& req, httplib::Response& res
     if (err) {
       fail(*err);
     } else {
-      reply(out.first, out.second);
+      json body = ClientView(*t.info, out.second);
+      if (t.info->event_table && (verb == "get" || verb == "list") &&
+          WantsTable(req.get_header_value("Accept"))) {
+        body = EventTable(body, clock_->Now(), req.get_param_value("includeObject"));
+      }
+      reply(out.first, body);
     }
     if (truncate) {
       Truncate(res);
@@ -1216,6 +1247,9 @@ std::optional<ApiError> ApiServer::Impl::ParseBody(const ResourceInfo& info,
                                      "\" cannot be handled as a ", info.kind, ": metadata.", k,
                                      " must be a string"));
     }
+  }
+  if (info.to_storage != nullptr) {
+    obj = info.to_storage(obj);
   }
   *out = std::move(obj);
   return std::nullopt;
@@ -1461,12 +1495,13 @@ std::optional<ApiError> ApiServer::Impl::Patch(const Target& t, const httplib::R
   if (it == rs.objects.end()) {
     return NotFound(*t.info, t.name);
   }
+  const json current = ClientView(*t.info, *it->second);
   json patched;
   if (merge) {
-    patched = MergePatch(*it->second, patch);
+    patched = MergePatch(current, patch);
   } else {
     try {
-      patched = it->second->patch(patch);
+      patched = current.patch(patch);
     } catch (const json::exception& e) {
       return ApiError{
           422, "Invalid",
@@ -1487,6 +1522,9 @@ std::optional<ApiError> ApiServer::Impl::Patch(const Target& t, const httplib::R
   if (patched.value("kind", json()) != t.info->kind ||
       patched.value("apiVersion", json()) != t.info->ApiVersion()) {
     return BadRequest("kind and apiVersion cannot be changed by a patch");
+  }
+  if (t.info->to_storage != nullptr) {
+    patched = t.info->to_storage(patched);
   }
   return UpdateLocked(t, std::move(patched), out);
 }
@@ -1661,25 +1699,26 @@ std::string ApiServer::Impl::EventLine(const char* type, const json& obj) const 
 std::optional<std::string> ApiServer::Impl::FilterEvent(const WatchState& w,
                                                         const ResourceInfo& info,
                                                         const Event& ev) const {
-  (void)info;
   bool cur = w.filter.Matches(*ev.obj);
   switch (ev.type) {
     case EventType::kAdded:
-      return cur ? std::optional<std::string>(EventLine("ADDED", *ev.obj)) : std::nullopt;
+      return cur ? std::optional<std::string>(EventLine("ADDED", ClientView(info, *ev.obj)))
+                 : std::nullopt;
     case EventType::kDeleted:
-      return cur ? std::optional<std::string>(EventLine("DELETED", *ev.obj)) : std::nullopt;
+      return cur ? std::optional<std::string>(EventLine("DELETED", ClientView(info, *ev.obj)))
+                 : std::nullopt;
     case EventType::kModified: {
       bool prev = ev.prev != nullptr && w.filter.Matches(*ev.prev);
       if (cur && prev) {
-        return EventLine("MODIFIED", *ev.obj);
+        return EventLine("MODIFIED", ClientView(info, *ev.obj));
       }
       if (cur) {
-        return EventLine("ADDED", *ev.obj);
+        return EventLine("ADDED", ClientView(info, *ev.obj));
       }
       if (prev) {
         // Like the watch cache: an object that stops matching is DELETED for this watcher,
         // shown in its last matching state at the event's resourceVersion.
-        json gone = *ev.prev;
+        json gone = ClientView(info, *ev.prev);
         gone["metadata"]["resourceVersion"] = std::to_string(ev.rv);
         return EventLine("DELETED", gone);
       }
@@ -1770,7 +1809,7 @@ void ApiServer::Impl::Watch(const Target& t, const httplib::Request& req, httpli
       if (!w->finish_after_pending && (rv_param.empty() || rv_param == "0" || send_initial)) {
         for (const auto& [key, obj] : rs.objects) {
           if (w->filter.Matches(*obj)) {
-            w->pending.push_back(EventLine("ADDED", *obj));
+            w->pending.push_back(EventLine("ADDED", ClientView(info, *obj)));
           }
         }
         if (send_initial) {

@@ -1,5 +1,7 @@
 #include "src/sim/resources.h"
 
+#include "src/sim/event_conversion.h"
+
 namespace dralens::sim {
 namespace {
 
@@ -93,6 +95,38 @@ std::vector<ResourceInfo> BuildResources() {
     r.namespaced = true;
     r.allow_create_on_update = true;
     r.object_kind = ObjectKind::kLease;
+    all.push_back(r);
+  }
+  // Events: one store (plural "events"), two faces. dralens writes events.k8s.io/v1; kubectl
+  // get events and kubectl describe read core/v1.
+  {
+    ResourceInfo r;
+    r.version = "v1";
+    r.plural = "events";
+    r.singular = "event";
+    r.kind = "Event";
+    r.namespaced = true;
+    r.short_names = {"ev"};
+    r.field_labels = {"involvedObject.kind",       "involvedObject.namespace",
+                      "involvedObject.name",       "involvedObject.uid",
+                      "involvedObject.apiVersion", "involvedObject.resourceVersion",
+                      "involvedObject.fieldPath",  "reason",
+                      "reportingComponent",        "type"};
+    r.from_storage = CoreEventFromStorage;
+    r.to_storage = CoreEventToStorage;
+    r.event_table = true;
+    all.push_back(r);
+  }
+  {
+    ResourceInfo r;
+    r.group = "events.k8s.io";
+    r.version = "v1";
+    r.plural = "events";
+    r.singular = "event";
+    r.kind = "Event";
+    r.namespaced = true;
+    r.short_names = {"ev"};
+    r.object_kind = ObjectKind::kEventV1;
     all.push_back(r);
   }
   return all;

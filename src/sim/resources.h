@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 #include "src/sim/validation.h"
 
 namespace dralens::sim {
@@ -26,6 +27,12 @@ struct ResourceInfo {
   // Field selector labels beyond metadata.name and metadata.namespace.
   std::vector<std::string> field_labels;
   ObjectKind object_kind = ObjectKind::kOther;
+  // A second face of another resource's store (core/v1 Events over events.k8s.io/v1): objects
+  // are kept in the other form and converted on the way in and out. Null for most resources.
+  nlohmann::json (*from_storage)(const nlohmann::json&) = nullptr;
+  nlohmann::json (*to_storage)(const nlohmann::json&) = nullptr;
+  // `kubectl get` gets a Table with the Event columns (src/sim/tables.h).
+  bool event_table = false;
 
   std::string ApiVersion() const { return group.empty() ? version : group + "/" + version; }
   std::string ListKind() const { return kind + "List"; }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "src/sim/event_conversion.h"
 #include "src/sim/names.h"
 
 namespace dralens::sim {
@@ -1243,6 +1244,7 @@ void ValidateKind(Errors& e, ObjectKind kind, const json& obj, const ValidationO
       break;
     case ObjectKind::kPod:
     case ObjectKind::kNode:
+    case ObjectKind::kEventV1:  // EventV1Problems, below: it also needs the old object
     case ObjectKind::kOther:
       break;
   }
@@ -1298,7 +1300,13 @@ FieldErrors ValidateCreate(ObjectKind kind, const json& obj, const ValidationOpt
   Errors e;
   ValidateMetadata(e, obj, options);
   ValidateKind(e, kind, obj, options);
-  return e.Take();
+  FieldErrors out = e.Take();
+  if (kind == ObjectKind::kEventV1) {
+    for (FieldError& f : EventV1Problems(obj, nullptr)) {
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
 }
 
 FieldErrors ValidateUpdate(ObjectKind kind, const json& obj, const json& old,
@@ -1325,7 +1333,13 @@ FieldErrors ValidateUpdate(ObjectKind kind, const json& obj, const json& old,
       e.Invalid("spec", "<value omitted>", "field is immutable");
     }
   }
-  return e.Take();
+  FieldErrors out = e.Take();
+  if (kind == ObjectKind::kEventV1) {
+    for (FieldError& f : EventV1Problems(obj, &old)) {
+      out.push_back(std::move(f));
+    }
+  }
+  return out;
 }
 
 FieldErrors ValidateStatusUpdate(ObjectKind kind, const json& obj, const json& old,

@@ -38,7 +38,16 @@ struct FieldError {
 using FieldErrors = std::vector<FieldError>;
 
 // The object kinds with dedicated rules.
-enum class ObjectKind { kResourceSlice, kDeviceClass, kResourceClaim, kPod, kNode, kLease, kOther };
+enum class ObjectKind {
+  kResourceSlice,
+  kDeviceClass,
+  kResourceClaim,
+  kPod,
+  kNode,
+  kLease,
+  kEventV1,  // events.k8s.io/v1 Event (src/sim/event_conversion.h)
+  kOther
+};
 
 struct ValidationOptions {
   // The Kubernetes minor version being emulated: 35 and later apply the 1.35 ResourceSlice rules.

@@ -400,6 +400,15 @@ std::vector<MetricSpec> BuildCatalog() {
        "cluster",
        "Claim lifecycle transitions observed (created, allocated, reserved, in_use, "
        "released, deleted); each is an event on the claim's lifecycle trace."},
+      {"dralens_cluster_claim_events_total",
+       K::kCounter,
+       {"reason", "result"},
+       "cluster",
+       "Kubernetes Events the leader wrote on pending claims, by reason (the pending reason in "
+       "CamelCase: Unsatisfiable, Unknown, Tainted, NoCapacity, WaitingForPod) and result: "
+       "created (a new Event), series_updated (the same Event seen again after 10 minutes), "
+       "failed (the write failed; retried at the next pass).",
+       S::kAlpha},
 
       // Cluster role: capacity.
       {"dralens_cluster_gpus",

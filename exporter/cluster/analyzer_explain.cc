@@ -1,0 +1,239 @@
+// Analyzer::Explain: a claim's funnel or placement, computed on demand from the cache.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/analyzer_state.h"
+
+namespace dralens::exporter::cluster {
+namespace {
+
+constexpr size_t kNearNodes = 3;  // nodes a near miss names before "and N more"
+
+struct NearGroup {
+  int64_t devices = 0;
+  std::set<std::string> nodes;
+};
+
+// The largest group (ties: the first in key order), as a NearMiss.
+std::optional<NearMiss> Largest(
+    const std::map<std::pair<std::string, std::string>, NearGroup>& groups, bool taint) {
+  const std::pair<const std::pair<std::string, std::string>, NearGroup>* best = nullptr;
+  for (const auto& g : groups) {
+    if (best == nullptr || g.second.devices > best->second.devices) {
+      best = &g;
+    }
+  }
+  if (best == nullptr) {
+    return std::nullopt;
+  }
+  NearMiss near;
+  near.devices = best->second.devices;
+  near.product = best->first.first;
+  (taint ? near.taint : near.selector) = best->first.second;
+  for (const std::string& node : best->second.nodes) {
+    if (near.nodes.size() < kNearNodes) {
+      near.nodes.push_back(node);
+    } else {
+      ++near.more_nodes;
+    }
+  }
+  return near;
+}
+
+}  // namespace
+
+RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
+  RequestFunnel f;
+  f.request = leaf->name;
+  f.device_class = leaf->device_class;
+  f.all = leaf->all;
+  f.count = leaf->count;
+  if (classes_.count(leaf->device_class) == 0) {
+    f.class_exists = false;
+    f.reason = PendingReason::kUnsatisfiable;
+    return f;
+  }
+  std::set<Key> holders;
+  // (product, selector) and (product, taint) -> free devices kept out by only that.
+  std::map<std::pair<std::string, std::string>, NearGroup> near_selector, near_taint;
+  for (const auto* index : {&class_devices_, &class_unknown_}) {
+    auto keys = index->find(leaf->device_class);
+    if (keys == index->end()) {
+      continue;
+    }
+    const bool sure = index == &class_devices_;
+    for (const Key& key : keys->second) {
+      Device& d = *devices_.at(key);
+      f.class_devices += sure;
+      const int m = LeafMatch(*leaf, d);
+      const bool allocated = DeviceAllocated(d);
+      const bool blocked = !allocated && DeviceBlocked(d);
+      const bool down = NodeDown(d.node);
+      const bool free = !allocated && !blocked && !down;
+      f.unknown += m == 1;
+      f.matching += m >= 2;
+      if (m == 3) {
+        ++f.untainted;
+        if (free) {
+          ++f.free;
+        } else if (allocated) {
+          ++f.allocated;
+          if (auto a = allocations_.find(d.key); a != allocations_.end()) {
+            for (const auto& [claim, consumed] : a->second) {
+              holders.insert(claim);
+            }
+          }
+        } else if (blocked) {
+          ++f.blocked;
+        } else {
+          ++f.node_down;
+        }
+      }
+      if (!free || !sure) {
+        continue;
+      }
+      if (m == 0 && !d.tainted) {
+        // The class matches; which of the request's selectors keep it out?
+        std::vector<int> failing;
+        for (int s : leaf->selectors) {
+          if (Evaluate(d, s) == cel::Verdict::kFalse) {
+            failing.push_back(s);
+          }
+        }
+        if (failing.size() == 1) {
+          NearGroup& g = near_selector[{d.product, expressions_[failing.front()]}];
+          ++g.devices;
+          g.nodes.insert(d.node);
+        }
+      } else if (m == 2) {
+        for (const model::DeviceTaint& taint : d.spec.taints) {
+          if (Blocking(taint) &&
+              std::none_of(leaf->tolerations.begin(), leaf->tolerations.end(),
+                           [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
+            NearGroup& g =
+                near_taint[{d.product, absl::StrCat(taint.key, taint.value.empty() ? "" : "=",
+                                                    taint.value, ":", taint.effect)}];
+            ++g.devices;
+            g.nodes.insert(d.node);
+            break;
+          }
+        }
+      }
+    }
+  }
+  f.holders = static_cast<int64_t>(holders.size());
+  LeafCounts counts;
+  counts.request = leaf;
+  counts.unknown = f.unknown;
+  counts.matching = f.matching;
+  counts.untainted = f.untainted;
+  counts.free = f.free;
+  f.reason = ReasonOfLeaf(counts);
+  if (f.reason == PendingReason::kTainted) {
+    f.nearest = Largest(near_taint, true);
+  } else if (f.reason == PendingReason::kUnsatisfiable || f.reason == PendingReason::kNoCapacity) {
+    f.nearest = Largest(near_selector, false);
+  }
+  return f;
+}
+
+std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = claims_by_key_.find(absl::StrCat(ns, "/", name));
+  if (it == claims_by_key_.end()) {
+    return std::nullopt;
+  }
+  const Claim& c = *it->second;
+  ClaimExplanation e;
+  e.ns = c.ns;
+  e.name = c.name;
+  e.uid = c.uid;
+  e.state = c.has_state ? c.state : StateOfClaim(c);
+  e.created = c.created;
+  e.now = clock_.Now();
+  if (e.state == ClaimState::kPending) {
+    PendingReason worst = PendingReason::kWaitingForPod;
+    for (const std::shared_ptr<Request>& r : c.requests) {
+      RequestFunnel f;
+      if (r->alternatives.empty()) {
+        f = LeafFunnel(r);
+      } else {
+        f.request = r->name;
+        f.device_class = r->device_class;
+        f.reason = PendingReason::kUnsatisfiable;
+        for (const std::shared_ptr<Request>& alt : r->alternatives) {
+          f.options.push_back(LeafFunnel(alt));
+          f.reason = std::max(f.reason, f.options.back().reason);  // the best option
+        }
+      }
+      worst = std::min(worst, f.reason);
+      e.requests.push_back(std::move(f));
+    }
+    e.reason = worst;
+    return e;
+  }
+  e.allocated_at = c.allocation_time;
+  std::set<std::string> nodes;
+  for (const auto& [key, cls] : c.devices) {
+    PlacedDevice p;
+    std::vector<std::string> parts = absl::StrSplit(key, absl::MaxSplits('/', 2));
+    parts.resize(3);
+    p.driver = parts[0];
+    p.pool = parts[1];
+    p.device = parts[2];
+    p.device_class = cls;
+    if (auto d = devices_.find(key); d != devices_.end()) {
+      const Device& dev = *d->second;
+      p.node = dev.node;
+      p.product = dev.product;
+      p.pcie_root = StringAttribute(dev.spec, "pcieRoot");
+      if (const model::DeviceAttribute* numa = Attribute(dev.spec, "numaNode");
+          numa != nullptr && numa->AsInt() != nullptr) {
+        p.numa_node = *numa->AsInt();
+      }
+      nodes.insert(dev.node);
+    }
+    e.devices.push_back(std::move(p));
+  }
+  e.spread = c.spread;
+  e.topology_sensitive = topology_sensitive_.count(c.device_class) > 0;
+  e.reserved_for = c.reserved_pods;
+  for (const Key& pod : c.reserved_pods) {
+    if (auto p = pods_running_.find(pod); p != pods_running_.end() && p->second) {
+      e.running_pods.push_back(pod);
+    }
+  }
+  std::map<std::pair<std::string, std::string>, double> held;  // (class, product) -> GPUs
+  for (const std::string& node : nodes) {
+    TallyGpus(node, &c, &held);
+  }
+  const double seconds = e.allocated_at.has_value()
+                             ? std::max(0.0, absl::ToDoubleSeconds(e.now - *e.allocated_at))
+                             : 0;
+  for (const auto& [class_product, gpus] : held) {
+    e.gpus += gpus;
+    e.gpu_seconds += gpus * seconds;
+    e.cost += gpus * seconds / 3600 * prices_.PriceOf(class_product.first, class_product.second);
+  }
+  return e;
+}
+
+std::vector<Analyzer::PendingClaim> Analyzer::PendingClaims() {
+  absl::MutexLock lock(&mu_);
+  std::vector<PendingClaim> out;
+  out.reserve(pending_.size());
+  for (const Key& key : pending_) {
+    auto it = claims_by_key_.find(key);
+    if (it == claims_by_key_.end() || !it->second->reason.has_value()) {
+      continue;
+    }
+    const Claim& c = *it->second;
+    out.push_back({c.ns, c.name, c.uid, *c.reason});
+  }
+  return out;
+}
+
+}  // namespace dralens::exporter::cluster

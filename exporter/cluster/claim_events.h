@@ -1,0 +1,98 @@
+// ClaimEventRecorder: Kubernetes Events on pending claims, where `kubectl get events` and
+// `kubectl describe resourceclaim` show them.
+//
+// Each pass (Step, called by the leader only) reads the analyzer's pending claims and, per
+// claim, writes at most:
+//  - a new Event when the claim starts pending or its reason changes (reason = the pending
+//    reason in CamelCase, type Warning, or Normal for WaitingForPod; note = each request's
+//    funnel, explain.h);
+//  - after `repeat` (10 minutes) with the same reason: the same Event again as a series
+//    (series.count + 1, series.lastObservedTime) when the funnel reads the same, else a new
+//    Event with the new funnel.
+// Writes are rate-limited fleet-wide (a token bucket of `qps` and `burst`); what the bucket
+// does not allow waits for the next pass, oldest first. A failed write is retried next pass.
+// A claim that stops pending is forgotten: if it pends again, it gets a new Event.
+//
+// dralens_cluster_claim_events_total{reason, result} counts the writes (created,
+// series_updated, failed). Not thread-safe: one caller.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "exporter/cluster/analyzer.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/registry.h"
+#include "src/common/clock.h"
+
+namespace dralens::exporter::cluster {
+
+// An Event on a pending claim, as the recorder writes it.
+struct ClaimEvent {
+  std::string ns, claim, uid;
+  std::string reason;  // "NoCapacity"
+  std::string type;    // "Warning" or "Normal"
+  std::string note;
+  absl::Time time;
+};
+
+// Where the Events go: the API server (src/app/claim_event_writer.h) or a test.
+class ClaimEventSink {
+ public:
+  virtual ~ClaimEventSink() = default;
+  // Creates the Event; returns its name.
+  virtual absl::StatusOr<std::string> Create(const ClaimEvent& event) = 0;
+  // The Event `name` was observed again: sets its series to `count` observations, the last
+  // at `last`. NotFound when the Event is gone (Events expire).
+  virtual absl::Status UpdateSeries(const std::string& ns, const std::string& name, int32_t count,
+                                    absl::Time last) = 0;
+};
+
+struct ClaimEventOptions {
+  absl::Duration repeat = absl::Minutes(10);
+  double qps = 5;
+  int burst = 25;
+  // Clock for the repeat interval and the bucket; null: the real clock.
+  common::Clock* clock = nullptr;
+};
+
+class ClaimEventRecorder {
+ public:
+  // `analyzer`, `sink` and `registry` must outlive the recorder.
+  ClaimEventRecorder(Analyzer& analyzer, ClaimEventSink& sink, prometheus::Registry& registry,
+                     ClaimEventOptions options);
+
+  // One pass over the pending claims. Returns the number of writes made.
+  int Step();
+  // Forgets what was written (this replica stopped leading: the next leader may have written
+  // since).
+  void Reset();
+
+ private:
+  struct Written {
+    std::string uid;
+    PendingReason reason = PendingReason::kWaitingForPod;
+    std::string event;  // name of the Event
+    std::string note;
+    int32_t count = 1;
+    absl::Time at;
+  };
+  bool TakeToken(absl::Time now);
+  void Count(const std::string& reason, const char* result);
+
+  Analyzer& analyzer_;
+  ClaimEventSink& sink_;
+  prometheus::Family<prometheus::Counter>& events_;
+  const ClaimEventOptions options_;
+  common::Clock& clock_;
+  std::unordered_map<std::string, Written> written_;  // by "ns/name"
+  double tokens_;
+  absl::Time refilled_ = absl::InfinitePast();
+};
+
+}  // namespace dralens::exporter::cluster
