@@ -57,6 +57,8 @@ CLUSTER_RULES = {
     ("resource.k8s.io", "deviceclasses"): {"list", "watch"},
     ("", "pods"): {"list", "watch"},
     ("", "nodes"): {"list", "watch"},
+    # The Events on pending claims (cluster.claimEvents, on by default).
+    ("events.k8s.io", "events"): {"create", "patch"},
 }
 NAMESPACED = {"DaemonSet", "Deployment", "ServiceAccount", "Service", "ServiceMonitor",
               "PrometheusRule", "ConfigMap", "Role", "RoleBinding"}
@@ -374,7 +376,14 @@ class ChartTest(unittest.TestCase):
                     if "resourceclaims/driver" in rule["resources"]:
                         self.assertEqual(rule["resources"], ["resourceclaims/driver"])
                         self.assertEqual(rule["resourceNames"], [values["driverName"]])
-                self.assertEqual(self.grants(one(docs, "ClusterRole", "-cluster")), CLUSTER_RULES)
+                want = dict(CLUSTER_RULES)
+                if not values["cluster"]["claimEvents"]:
+                    del want[("events.k8s.io", "events")]
+                self.assertEqual(self.grants(one(docs, "ClusterRole", "-cluster")), want)
+                deployment = one(docs, "Deployment", "-cluster")
+                args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+                self.assertIn(f"--claim-events={str(values['cluster']['claimEvents']).lower()}",
+                              args)
                 leases = by_kind(docs, "Role")
                 if values["cluster"]["leaderElection"]["enabled"]:
                     role = one(docs, "Role", "-leader")

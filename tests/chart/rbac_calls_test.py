@@ -45,7 +45,7 @@ TYPE = re.compile(r'inline const ResourceType (k\w+)\{"([^"]*)",\s*"[^"]*",\s*"(
 # Where each role's calls live.
 NODE_SOURCES = ["driver", "src/app/node.cc", "src/app/node_driver.cc"]
 CLUSTER_SOURCES = ["exporter/cluster", "src/app/cluster.cc", "src/app/cluster_role.cc",
-                   "src/app/cluster_watch.cc"]
+                   "src/app/cluster_watch.cc", "src/app/claim_event_writer.cc"]
 LEADER_SOURCES = ["src/k8s/leader_elector.cc"]
 
 

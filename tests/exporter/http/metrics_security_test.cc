@@ -36,6 +36,9 @@ class MetricsSecurityTest : public ::testing::Test {
         .Increment();
     server_ = std::make_unique<MetricsServer>(registry_, [] { return absl::OkStatus(); });
     server_->AddJsonEndpoint("/debug/claims", [] { return nlohmann::json{{"claims", 0}}; });
+    server_->AddJsonPrefixEndpoint("/debug/claims/", [](const std::string& rest) {
+      return std::optional<nlohmann::json>(nlohmann::json{{"claim", rest}});
+    });
   }
   void TearDown() override {
     server_.reset();
@@ -78,6 +81,7 @@ TEST_F(MetricsSecurityTest, BearerTokenGuardsMetricsAndDebugButNotProbes) {
   EXPECT_EQ(anonymous->get_header_value("WWW-Authenticate"), "Bearer");
   EXPECT_THAT(anonymous->body, ::testing::Not(HasSubstr("dralens_test_total")));
   EXPECT_EQ(c.Get("/debug/claims")->status, 401);
+  EXPECT_EQ(c.Get("/debug/claims/team/train")->status, 401);
   EXPECT_EQ(c.Get("/metrics", {{"Authorization", "Bearer wrong"}})->status, 401);
   EXPECT_EQ(c.Get("/metrics", {{"Authorization", "Basic czNjcmV0LXRva2Vu"}})->status, 401);
 
@@ -86,6 +90,8 @@ TEST_F(MetricsSecurityTest, BearerTokenGuardsMetricsAndDebugButNotProbes) {
   EXPECT_EQ(authorized->status, 200);
   EXPECT_THAT(authorized->body, HasSubstr("dralens_test_total 1"));
   EXPECT_EQ(c.Get("/debug/claims", {{"Authorization", "Bearer s3cret-token"}})->status, 200);
+  EXPECT_EQ(c.Get("/debug/claims/team/train", {{"Authorization", "Bearer s3cret-token"}})->status,
+            200);
   // Probes never need the token.
   EXPECT_EQ(c.Get("/healthz")->status, 200);
   EXPECT_EQ(c.Get("/readyz")->status, 200);

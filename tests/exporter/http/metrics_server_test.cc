@@ -159,6 +159,35 @@ TEST_F(MetricsServerTest, ConcurrentScrapesWhileMetricsChange) {
 // A role whose start fails right after the metrics server started stops it at once; Stop() must
 // return then too (the listen thread may not have reached its accept loop yet). A hang here is
 // the failure, caught by the test timeout.
+TEST(MetricsServerJsonTest, PrefixEndpointsServeWhatTheLookupFindsAnd404Otherwise) {
+  MetricsServer server(std::make_shared<prometheus::Registry>(), [] { return absl::OkStatus(); });
+  server.AddJsonEndpoint("/debug/claims", [] { return nlohmann::json{{"claims", 1}}; });
+  std::vector<std::string> asked;
+  server.AddJsonPrefixEndpoint(
+      "/debug/claims/", [&asked](const std::string& rest) -> std::optional<nlohmann::json> {
+        asked.push_back(rest);
+        if (rest != "team/train") {
+          return std::nullopt;
+        }
+        return nlohmann::json{{"name", "train"}, {"note", "caf\xc3"}};  // a stray byte
+      });
+  ASSERT_TRUE(server.Start("127.0.0.1:0").ok());
+  httplib::Client c("127.0.0.1", server.port());
+  auto found = c.Get("/debug/claims/team/train");
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->status, 200);
+  EXPECT_EQ(found->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(nlohmann::json::parse(found->body)["name"], "train");
+  auto missing = c.Get("/debug/claims/team/nobody");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(nlohmann::json::parse(missing->body)["error"], "not found");
+  // The exact path is still the list.
+  EXPECT_EQ(nlohmann::json::parse(c.Get("/debug/claims")->body)["claims"], 1);
+  EXPECT_EQ(asked, (std::vector<std::string>{"team/train", "team/nobody"}));
+  server.Stop();
+}
+
 TEST(MetricsServerStopTest, StopRightAfterStartReturns) {
   auto registry = std::make_shared<prometheus::Registry>();
   for (int i = 0; i < 200; ++i) {

@@ -143,6 +143,29 @@ TEST(FlagsTest, DemoVerboseHasAShortFormOnlyTheDemoAccepts) {
               HasSubstr("  -v, --verbose (DRALENS_VERBOSE)  default: false"));
 }
 
+TEST(FlagsTest, ExplainTakesOneClaimAndShortNamespaceAndOutput) {
+  auto v = ParseFlags(Role::kExplain, {"-n", "research", "train-3", "-o", "json"}, Env().Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->Get("claim"), "train-3");
+  EXPECT_EQ(v->Get("namespace"), "research");
+  EXPECT_EQ(v->Get("output"), "json");
+  v = ParseFlags(Role::kExplain, {"train-3", "--server=http://127.0.0.1:8080"}, Env().Fn());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->Get("namespace"), "");
+  EXPECT_EQ(v->Get("output"), "text");
+  EXPECT_EQ(v->Get("server"), "http://127.0.0.1:8080");
+  v = ParseFlags(Role::kExplain, {"a", "b"}, Env().Fn());
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("explains one claim"));
+  v = ParseFlags(Role::kExplain, {"a", "-o", "yaml"}, Env().Fn());
+  ASSERT_FALSE(v.ok());
+  // The daemons' flags are not explain's, and explain's not theirs.
+  EXPECT_FALSE(ParseFlags(Role::kExplain, {"a", "--metrics-address=:1"}, Env().Fn()).ok());
+  EXPECT_FALSE(ParseFlags(Role::kCluster, {"-n", "x"}, Env().Fn()).ok());
+  EXPECT_THAT(RoleHelp(Role::kExplain), HasSubstr("kubectl dralens explain"));
+  EXPECT_THAT(TopLevelHelp(), HasSubstr("explain"));
+}
+
 TEST(FlagsTest, BadEnvironmentValueNamesTheVariable) {
   Env env({{"DRALENS_DEVICE_SOURCE", "gpu"}});
   auto v = ParseFlags(Role::kNode, {}, env.Fn());

@@ -171,7 +171,8 @@ TEST_F(FaultTest, Discovery) {
     groups.insert(g["name"]);
     EXPECT_EQ(g["preferredVersion"]["version"], "v1");
   }
-  EXPECT_EQ(groups, (std::set<std::string>{"resource.k8s.io", "coordination.k8s.io"}));
+  EXPECT_EQ(groups,
+            (std::set<std::string>{"resource.k8s.io", "coordination.k8s.io", "events.k8s.io"}));
   Reply group = http_->Get("/apis/resource.k8s.io");
   EXPECT_EQ(group.body["kind"], "APIGroup");
   Reply core = http_->Get("/api/v1");
@@ -185,6 +186,7 @@ TEST_F(FaultTest, Discovery) {
   EXPECT_EQ(by_name["pods"]["namespaced"], true);
   EXPECT_EQ(by_name["nodes"]["namespaced"], false);
   EXPECT_TRUE(by_name.count("pods/status"));
+  EXPECT_EQ(by_name["events"]["shortNames"][0], "ev");  // core/v1, what kubectl get events reads
   Reply dra = http_->Get("/apis/resource.k8s.io/v1");
   by_name.clear();
   for (const json& r : dra.body["resources"]) {

@@ -111,5 +111,37 @@ TEST_F(KubectlTest, GetSingleObjectAndNotFound) {
   EXPECT_NE(version.text.find("v1.34.0"), std::string::npos) << version.text;
 }
 
+TEST_F(KubectlTest, GetEventsAndDescribeShowWhatEventsV1Wrote) {
+  Seed();
+  Reply claim = http_->Get(Claims("ml") + "/train-0");
+  ASSERT_EQ(claim.status, 200);
+  json event = {{"metadata", {{"name", "train-0.1"}, {"namespace", "ml"}}},
+                {"eventTime", "2026-11-28T08:00:00.000000Z"},
+                {"reportingController", "dralens.dev/cluster"},
+                {"reportingInstance", "replica-a"},
+                {"action", "Allocate"},
+                {"reason", "NoCapacity"},
+                {"type", "Warning"},
+                {"note", "request gpu: class gpu.dralens.dev: 8 devices; 0 free"},
+                {"regarding",
+                 {{"apiVersion", "resource.k8s.io/v1"},
+                  {"kind", "ResourceClaim"},
+                  {"namespace", "ml"},
+                  {"name", "train-0"},
+                  {"uid", claim.body["metadata"]["uid"]}}}};
+  ASSERT_EQ(http_->Post("/apis/events.k8s.io/v1/namespaces/ml/events", event).status, 201);
+
+  Output events = Kubectl("get events -n ml");
+  ASSERT_EQ(events.exit_code, 0) << events.text;
+  for (const char* want : {"LAST SEEN", "REASON", "NoCapacity", "Warning", "resourceclaim/train-0",
+                           "8 devices; 0 free"}) {
+    EXPECT_NE(events.text.find(want), std::string::npos) << want << "\n" << events.text;
+  }
+  Output describe = Kubectl("describe resourceclaim train-0 -n ml");
+  ASSERT_EQ(describe.exit_code, 0) << describe.text;
+  EXPECT_NE(describe.text.find("NoCapacity"), std::string::npos) << describe.text;
+  EXPECT_NE(describe.text.find("dralens.dev/cluster"), std::string::npos) << describe.text;
+}
+
 }  // namespace
 }  // namespace dralens::sim::testing

@@ -1,0 +1,207 @@
+// Events on pending claims: one per claim per reason change, a series after 10 minutes when the
+// funnel reads the same, a fleet-wide rate limit, retries, and nothing once the claim is placed.
+#include "exporter/cluster/claim_events.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/feed.h"
+#include "gtest/gtest.h"
+#include "prometheus/registry.h"
+#include "src/common/clock.h"
+#include "src/telemetry/tracing/tracer_impl.h"
+#include "tests/exporter/cluster/scenario_util.h"
+
+namespace dralens::exporter::cluster {
+namespace {
+
+class FakeSink : public ClaimEventSink {
+ public:
+  absl::StatusOr<std::string> Create(const ClaimEvent& event) override {
+    if (!create_error.ok()) {
+      return create_error;
+    }
+    created.push_back(event);
+    const std::string name = event.claim + "." + std::to_string(created.size());
+    counts[name] = 1;
+    return name;
+  }
+  absl::Status UpdateSeries(const std::string& ns, const std::string& name, int32_t count,
+                            absl::Time last) override {
+    (void)ns;
+    (void)last;
+    if (counts.count(name) == 0) {
+      return absl::NotFoundError("events \"" + name + "\" not found");
+    }
+    counts[name] = count;
+    ++series_updates;
+    return absl::OkStatus();
+  }
+
+  std::vector<ClaimEvent> created;
+  std::map<std::string, int32_t> counts;
+  int series_updates = 0;
+  absl::Status create_error = absl::OkStatus();
+};
+
+std::vector<testing::DeviceSpec> OneGpu(const std::string& name) {
+  return {{.name = name,
+           .type = "gpu",
+           .product = "H100",
+           .uuid = "GPU-" + name,
+           .profile = "",
+           .counter_set = "",
+           .counters = 0,
+           .tainted = false}};
+}
+
+class ClaimEventsTest : public ::testing::Test {
+ protected:
+  ClaimEventsTest()
+      : analyzer_(registry_, tracer_, AnalyzerOptions{PriceTable{}, &clock_}),
+        recorder_(analyzer_, sink_, registry_, Options()) {
+    HandlersFor(k8s::kDeviceClasses, analyzer_).on_add(testing::Class("gpu", "true"));
+  }
+  ClaimEventOptions Options() {
+    ClaimEventOptions o;
+    o.clock = &clock_;
+    o.qps = 1;
+    o.burst = 3;
+    return o;
+  }
+  void AddClaim(const std::string& name) {
+    nlohmann::json c = testing::Claim("team", name, "gpu");
+    c["metadata"]["uid"] = "uid-" + name;
+    HandlersFor(k8s::kResourceClaims, analyzer_).on_add(c);
+  }
+  double Counted(const std::string& reason, const std::string& result) {
+    return testing::Value(registry_, "dralens_cluster_claim_events_total",
+                          {{"reason", reason}, {"result", result}});
+  }
+
+  prometheus::Registry registry_;
+  telemetry::NoopTracer tracer_;
+  common::FakeClock clock_;
+  Analyzer analyzer_;
+  FakeSink sink_;
+  ClaimEventRecorder recorder_;
+};
+
+TEST_F(ClaimEventsTest, OneEventPerReasonThenASeriesEveryTenMinutes) {
+  AddClaim("train");  // no device at all: unsatisfiable
+  EXPECT_EQ(recorder_.Step(), 1);
+  ASSERT_EQ(sink_.created.size(), 1u);
+  const ClaimEvent& first = sink_.created[0];
+  EXPECT_EQ(first.ns, "team");
+  EXPECT_EQ(first.claim, "train");
+  EXPECT_EQ(first.uid, "uid-train");
+  EXPECT_EQ(first.reason, "Unsatisfiable");
+  EXPECT_EQ(first.type, "Warning");
+  EXPECT_EQ(first.note,
+            "request req: class gpu: 0 devices; 0 match the request's selectors; 0 "
+            "untainted; 0 free; needs 1");
+  EXPECT_EQ(Counted("Unsatisfiable", "created"), 1);
+
+  // Nothing new: nothing written, however often it looks.
+  clock_.Advance(absl::Minutes(9));
+  EXPECT_EQ(recorder_.Step(), 0);
+  // Ten minutes on, the same funnel: the same Event, counted again.
+  clock_.Advance(absl::Minutes(1));
+  EXPECT_EQ(recorder_.Step(), 1);
+  EXPECT_EQ(sink_.created.size(), 1u);
+  EXPECT_EQ(sink_.counts["train.1"], 2);
+  EXPECT_EQ(Counted("Unsatisfiable", "series_updated"), 1);
+  clock_.Advance(absl::Minutes(10));
+  EXPECT_EQ(recorder_.Step(), 1);
+  EXPECT_EQ(sink_.counts["train.1"], 3);
+
+  // The reason changes (a device appears, but is taken): a new Event at once.
+  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
+  EXPECT_EQ(analyzer_.PendingReasonOf("team/train"), PendingReason::kWaitingForPod);
+  EXPECT_EQ(recorder_.Step(), 1);
+  ASSERT_EQ(sink_.created.size(), 2u);
+  EXPECT_EQ(sink_.created[1].reason, "WaitingForPod");
+  EXPECT_EQ(sink_.created[1].type, "Normal");
+}
+
+TEST_F(ClaimEventsTest, ANewFunnelAfterTenMinutesIsANewEvent) {
+  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
+  nlohmann::json holder = testing::Claim("team", "holder", "gpu");
+  holder["status"]["allocation"]["devices"]["results"] = {
+      {{"request", "req"}, {"driver", testing::kDriver}, {"pool", "a"}, {"device", "gpu-0"}}};
+  HandlersFor(k8s::kResourceClaims, analyzer_).on_add(holder);
+  AddClaim("train");
+  EXPECT_EQ(recorder_.Step(), 1);
+  EXPECT_EQ(sink_.created[0].reason, "NoCapacity");
+  // Still no capacity, but the fleet grew: the note changes, so a new Event says so.
+  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("b", OneGpu("gpu-0")));
+  nlohmann::json holder2 = testing::Claim("team", "holder2", "gpu");
+  holder2["status"]["allocation"]["devices"]["results"] = {
+      {{"request", "req"}, {"driver", testing::kDriver}, {"pool", "b"}, {"device", "gpu-0"}}};
+  HandlersFor(k8s::kResourceClaims, analyzer_).on_add(holder2);
+  EXPECT_EQ(recorder_.Step(), 0);  // same reason, within 10 minutes
+  clock_.Advance(absl::Minutes(10));
+  EXPECT_EQ(recorder_.Step(), 1);
+  ASSERT_EQ(sink_.created.size(), 2u);
+  EXPECT_NE(sink_.created[1].note.find("2 devices"), std::string::npos) << sink_.created[1].note;
+  EXPECT_EQ(sink_.series_updates, 0);
+}
+
+TEST_F(ClaimEventsTest, RateLimitedFleetWideOldestFirst) {
+  for (int i = 0; i < 5; ++i) {
+    AddClaim("c" + std::to_string(i));
+  }
+  EXPECT_EQ(recorder_.Step(), 3);  // the burst
+  EXPECT_EQ(recorder_.Step(), 0);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(recorder_.Step(), 1);  // one per second
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(recorder_.Step(), 1);  // the rest
+  EXPECT_EQ(sink_.created.size(), 5u);
+}
+
+TEST_F(ClaimEventsTest, FailedWritesAreRetriedAndExpiredEventsWrittenAnew) {
+  AddClaim("train");
+  sink_.create_error = absl::UnavailableError("apiserver down");
+  EXPECT_EQ(recorder_.Step(), 1);
+  EXPECT_EQ(Counted("Unsatisfiable", "failed"), 1);
+  sink_.create_error = absl::OkStatus();
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(recorder_.Step(), 1);
+  ASSERT_EQ(sink_.created.size(), 1u);
+  // The Event expired on the server: the repeat creates it again.
+  sink_.counts.clear();
+  clock_.Advance(absl::Minutes(10));
+  EXPECT_EQ(recorder_.Step(), 1);
+  EXPECT_EQ(sink_.created.size(), 2u);
+}
+
+TEST_F(ClaimEventsTest, PlacedClaimsAreForgottenAndResetForgetsAll) {
+  AddClaim("train");
+  EXPECT_EQ(recorder_.Step(), 1);
+  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
+  nlohmann::json placed = testing::Claim("team", "train", "gpu");
+  placed["metadata"]["uid"] = "uid-train";
+  placed["status"]["allocation"]["devices"]["results"] = {
+      {{"request", "req"}, {"driver", testing::kDriver}, {"pool", "a"}, {"device", "gpu-0"}}};
+  HandlersFor(k8s::kResourceClaims, analyzer_).on_update(placed, placed);
+  EXPECT_EQ(recorder_.Step(), 0);
+  // Deallocated: pending again, a new Event even with the first reason.
+  nlohmann::json again = testing::Claim("team", "train", "gpu");
+  again["metadata"]["uid"] = "uid-train";
+  HandlersFor(k8s::kDeviceClasses, analyzer_).on_delete(testing::Class("gpu", "true"));
+  HandlersFor(k8s::kResourceClaims, analyzer_).on_update(again, again);
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(recorder_.Step(), 1);
+  EXPECT_EQ(sink_.created.size(), 2u);
+  // A replica that stops leading forgets: leading again, it writes anew.
+  recorder_.Reset();
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(recorder_.Step(), 1);
+  EXPECT_EQ(sink_.created.size(), 3u);
+}
+
+}  // namespace
+}  // namespace dralens::exporter::cluster
