@@ -218,6 +218,11 @@ class Analyzer {
   GpuTally TallyGpus(const std::string& node, const Claim* of_claim = nullptr,
                      std::map<std::pair<std::string, std::string>, double>* parts = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // GPU-seconds and cost of the claim's current allocation up to `now`, at today's prices;
+  // zero when it is not allocated or its allocation time is unknown. Sets `gpus` to what it
+  // holds.
+  std::pair<double, double> CurrentSpend(const Claim& claim, absl::Time now, double* gpus)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One leaf request's funnel over the devices of its class (explain.h).
   RequestFunnel LeafFunnel(const std::shared_ptr<Request>& leaf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The holders of a device and the share of it each holds (summing to at most 1).

@@ -113,6 +113,13 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
   std::vector<std::pair<Key, std::string>> devices;
   std::map<Key, std::map<std::string, double>> consumed;
   const auto& allocation = obj.status.allocation;
+  if (claim.allocated && !allocation.has_value()) {
+    // Deallocated: what the allocation cost stays with the claim (explain, and its span).
+    double gpus = 0;
+    const auto [seconds, cost] = CurrentSpend(claim, clock_.Now(), &gpus);
+    claim.spent_gpu_seconds += seconds;
+    claim.spent_cost += cost;
+  }
   if (allocation.has_value()) {
     for (const model::DeviceRequestAllocationResult& r : allocation->devices.results) {
       Key device = DeviceKey(r.driver, r.pool, r.device);

@@ -176,7 +176,6 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
     return e;
   }
   e.allocated_at = c.allocation_time;
-  std::set<std::string> nodes;
   for (const auto& [key, cls] : c.devices) {
     PlacedDevice p;
     std::vector<std::string> parts = absl::StrSplit(key, absl::MaxSplits('/', 2));
@@ -194,7 +193,6 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
           numa != nullptr && numa->AsInt() != nullptr) {
         p.numa_node = *numa->AsInt();
       }
-      nodes.insert(dev.node);
     }
     e.devices.push_back(std::move(p));
   }
@@ -206,19 +204,35 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
       e.running_pods.push_back(pod);
     }
   }
+  const auto [seconds, cost] = CurrentSpend(c, e.now, &e.gpus);
+  e.gpu_seconds = c.spent_gpu_seconds + seconds;
+  e.cost = c.spent_cost + cost;
+  return e;
+}
+
+std::pair<double, double> Analyzer::CurrentSpend(const Claim& claim, absl::Time now, double* gpus) {
+  *gpus = 0;
+  std::set<std::string> nodes;
+  for (const auto& [key, cls] : claim.devices) {
+    if (auto d = devices_.find(key); d != devices_.end()) {
+      nodes.insert(d->second->node);
+    }
+  }
   std::map<std::pair<std::string, std::string>, double> held;  // (class, product) -> GPUs
   for (const std::string& node : nodes) {
-    TallyGpus(node, &c, &held);
+    TallyGpus(node, &claim, &held);
   }
-  const double seconds = e.allocated_at.has_value()
-                             ? std::max(0.0, absl::ToDoubleSeconds(e.now - *e.allocated_at))
+  const double seconds = claim.allocated && claim.allocation_time.has_value()
+                             ? std::max(0.0, absl::ToDoubleSeconds(now - *claim.allocation_time))
                              : 0;
-  for (const auto& [class_product, gpus] : held) {
-    e.gpus += gpus;
-    e.gpu_seconds += gpus * seconds;
-    e.cost += gpus * seconds / 3600 * prices_.PriceOf(class_product.first, class_product.second);
+  double gpu_seconds = 0;
+  double cost = 0;
+  for (const auto& [class_product, part] : held) {
+    *gpus += part;
+    gpu_seconds += part * seconds;
+    cost += part * seconds / 3600 * prices_.PriceOf(class_product.first, class_product.second);
   }
-  return e;
+  return {gpu_seconds, cost};
 }
 
 std::vector<Analyzer::PendingClaim> Analyzer::PendingClaims() {

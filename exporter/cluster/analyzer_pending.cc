@@ -180,6 +180,13 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
   if (claim.pending) {
     LeavePending(claim);
   }
+  // What the claim cost over its life, on its lifecycle span.
+  double gpus = 0;
+  const auto [seconds, cost] = CurrentSpend(claim, clock_.Now(), &gpus);
+  if (claim.spent_gpu_seconds + seconds > 0) {
+    claim.span->SetAttribute("dralens.claim.gpu_hours", (claim.spent_gpu_seconds + seconds) / 3600);
+    claim.span->SetAttribute("dralens.claim.cost", claim.spent_cost + cost);
+  }
   SetClaimAllocations(claim, {}, {});
   SetReservations(claim, {});
   if (claim.has_state) {

@@ -110,6 +110,9 @@ struct Analyzer::Claim {
   std::optional<TopologySpread> spread;
   std::set<Key> spread_devices;  // the devices `spread` was derived from
   prometheus::Gauge* spread_series = nullptr;
+  // What earlier allocations of this claim held, in GPU-seconds and at their prices.
+  double spent_gpu_seconds = 0;
+  double spent_cost = 0;
   telemetry::SpanPtr span;
 };
 

@@ -28,14 +28,18 @@ namespace {
 
 constexpr absl::Duration kSyncTimeout = absl::Seconds(60);
 
-// --kubeconfig, else ~/.kube/config when it exists, else in-cluster; --server overrides the
-// server (and alone is enough, for an API server without authentication such as the demo's).
+// --kubeconfig, else KUBECONFIG when it names a file, else ~/.kube/config when it exists, else
+// in-cluster; --server overrides the server (and alone is enough, for an API server without
+// authentication such as the demo's).
 absl::StatusOr<k8s::RestConfig> ExplainConfig(const FlagValues& flags) {
   const std::string& server = flags.Get("server");
   std::string path = flags.Get("kubeconfig");
+  std::error_code ec;
+  if (flags.Source("kubeconfig") == "env" && !std::filesystem::exists(path, ec)) {
+    path.clear();  // as kubectl does: a KUBECONFIG naming no file adds nothing
+  }
   if (path.empty()) {
     const char* home = std::getenv("HOME");
-    std::error_code ec;
     if (home != nullptr && std::filesystem::exists(std::string(home) + "/.kube/config", ec)) {
       path = std::string(home) + "/.kube/config";
     }

@@ -20,7 +20,12 @@ until, or fails when the deadline passes before:
     the demo GPUs' UUIDs, as dcgm-exporter labels them) is scraped by the demo's Prometheus
     (--prometheus-dcgm-targets), and DCGM_FI_DEV_GPU_UTIL joined with dralens_node_claim_info
     on UUID gives each prepared claim its GPU's utilisation;
-  - a prepared claim carries our ResourceClaim status.devices entry (read through kubectl).
+  - a prepared claim carries our ResourceClaim status.devices entry (read through kubectl);
+  - `kubectl get events` shows the cluster role's Events on pending claims, with the funnel of
+    each request in the message;
+  - `dralens explain` prints the funnel of a pending claim, and `kubectl dralens explain` (the
+    kubectl-dralens link beside the binary, found on the PATH) where an allocated claim landed,
+    whether a pod uses it and its cost so far.
 Then Ctrl-C (SIGINT) must stop the demo, Prometheus included, with exit code 0.
 
 Exit codes: 0 pass, 1 fail, 77 skipped (no prometheus binary).
@@ -419,6 +424,71 @@ def device_status_problems(kubectl_path, server, home):
     return "no ResourceClaim carries a Ready status.devices entry of gpu.dralens.dev"
 
 
+FUNNEL = re.compile(r"class \S+: \d+ devices?; \d+ match the request's selectors; \d+ untainted; "
+                    r"\d+ free")
+
+
+def claim_events_problems(kubectl_path, server, home):
+    """"" when kubectl shows an Event of the cluster role on a pending claim, with its funnel."""
+    out = kubectl(kubectl_path, server, home, "get", "events", "-A", "-o", "json")
+    if out.returncode != 0:
+        return f"kubectl get events failed ({out.returncode}): {out.stderr}"
+    ours = [e for e in json.loads(out.stdout).get("items", [])
+            if e.get("reportingComponent") == "dralens.dev/cluster"
+            and e.get("involvedObject", {}).get("kind") == "ResourceClaim"]
+    if not ours:
+        return "kubectl get events shows no Event of dralens.dev/cluster on a ResourceClaim"
+    bad = [e for e in ours if not FUNNEL.search(e.get("message", ""))
+           or e.get("reason") not in ("Unsatisfiable", "Unknown", "Tainted", "NoCapacity",
+                                      "WaitingForPod")]
+    if bad:
+        return f"an Event without the funnel: {bad[0]}"
+    table = kubectl(kubectl_path, server, home, "get", "events", "-A")
+    if table.returncode != 0 or "resourceclaim/" not in table.stdout \
+            or not FUNNEL.search(table.stdout):
+        return f"kubectl get events does not print the funnel:\n{table.stdout}{table.stderr}"
+    log(f"claim events: {len(ours)}, e.g. {ours[0]['reason']}: {ours[0]['message']}")
+    return ""
+
+
+def explain_problems(dralens, kubectl_path, server, home, deadline):
+    """"" once `dralens explain` has explained a pending claim and, through kubectl, an
+    allocated one."""
+    want = {"pending": None, "allocated": None}
+    plugin_env = {"HOME": home, "KUBECONFIG": os.path.join(home, "none"),
+                  "PATH": os.path.dirname(os.path.abspath(dralens)) + ":/usr/bin:/bin"}
+    while time.monotonic() < deadline and not all(want.values()):
+        out = kubectl(kubectl_path, server, home, "get", "resourceclaims", "-A", "-o", "json")
+        if out.returncode != 0:
+            return f"kubectl get resourceclaims failed: {out.stderr}"
+        for claim in json.loads(out.stdout).get("items", []):
+            kind = "allocated" if claim.get("status", {}).get("allocation") else "pending"
+            if want[kind]:
+                continue
+            ns, name = claim["metadata"]["namespace"], claim["metadata"]["name"]
+            args = ["explain", "-n", ns, name, f"--server={server}",
+                    "--price-per-device-hour=2.5"]
+            if kind == "pending":
+                run = subprocess.run([dralens, *args], capture_output=True, text=True,
+                                     timeout=90, env=plugin_env)
+                ok = "State:    pending" in run.stdout and FUNNEL.search(run.stdout)
+            else:
+                run = subprocess.run([kubectl_path, "dralens", *args], capture_output=True,
+                                     text=True, timeout=90, env=plugin_env)
+                ok = ("Devices:" in run.stdout and " on " in run.stdout
+                      and re.search(r"Cost:\s+\d+\.\d\d so far", run.stdout)
+                      and "Used by:" in run.stdout)
+            if run.returncode != 0:
+                log(f"explain {ns}/{name} ({kind}) exited {run.returncode}: {run.stderr}")
+            elif ok:
+                want[kind] = run.stdout
+                log(f"explain ({kind}):\n{run.stdout}")
+            # Otherwise the claim moved on between the list and the explanation: try another.
+        time.sleep(1)
+    missing = [k for k, v in want.items() if not v]
+    return f"no explanation of a {' or '.join(missing)} claim" if missing else ""
+
+
 def render_rules(out_path):
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "alerts", "render_test_overrides.py"),
            "--for", ALERT_FOR, "-o", out_path]
@@ -564,6 +634,13 @@ def main():
             status = device_status_problems(args.kubectl, api_url, home)
             if status:
                 failures.append(status)
+            events = claim_events_problems(args.kubectl, api_url, home)
+            if events:
+                failures.append(events)
+            explained = explain_problems(args.dralens, args.kubectl, api_url, home,
+                                         max(deadline, time.monotonic() + 60))
+            if explained:
+                failures.append(explained)
     except Exception as e:  # reported with the demo's output below
         failures.append(f"{type(e).__name__}: {e}")
     finally:

@@ -11,7 +11,9 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
+#include "src/telemetry/tracing/in_memory_span_exporter.h"
 #include "src/telemetry/tracing/tracer_impl.h"
+#include "src/telemetry/tracing/tracer_provider.h"
 #include "tests/exporter/cluster/scenario_util.h"
 
 namespace dralens::exporter::cluster {
@@ -239,6 +241,52 @@ TEST(ExplainSyncTest, AllocationTimeIsUnknownForClaimsAllocatedBeforeTheView) {
   ASSERT_TRUE(new_claim.has_value());
   ASSERT_TRUE(new_claim->allocated_at.has_value());
   EXPECT_EQ(clock.Now() - *new_claim->allocated_at, absl::Hours(1));
+}
+
+// What a claim cost stays with it when it is deallocated, adds up over its allocations, and is
+// on its lifecycle span when it is deleted.
+TEST(ClaimCostTest, AddsUpOverAllocationsAndLandsOnTheSpan) {
+  common::FakeClock clock;
+  auto exporter = std::make_unique<telemetry::InMemorySpanExporter>();
+  auto spans = exporter->storage();
+  auto tracing = telemetry::TracerProvider::CreateWithExporter(
+      std::move(exporter), telemetry::SamplerConfig{}, {}, clock);
+  prometheus::Registry registry;
+  AnalyzerOptions options{PriceTable{}, &clock};
+  options.prices.by_class["gpu"] = 2;
+  auto analyzer = std::make_unique<Analyzer>(registry, tracing->tracer(), options);
+  HandlersFor(k8s::kDeviceClasses, *analyzer).on_add(testing::Class("gpu", "true"));
+  HandlersFor(k8s::kResourceSlices, *analyzer).on_add(testing::Slice("a", Gpus("a", 2)));
+  k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, *analyzer);
+  nlohmann::json pending = testing::Claim("team", "job", "gpu", "", 2);
+  pending["metadata"]["uid"] = "uid-job";
+  claims.on_add(pending);
+  nlohmann::json held = Holding("job", {"gpu-0", "gpu-1"});
+  claims.on_update(pending, held);  // allocated now: 2 GPUs
+  clock.Advance(absl::Minutes(30));
+  claims.on_update(held, pending);  // deallocated after 1 GPU-hour
+  clock.Advance(absl::Hours(5));    // pending costs nothing
+  claims.on_update(pending, held);
+  clock.Advance(absl::Minutes(15));
+  std::optional<ClaimExplanation> e = analyzer->Explain("team", "job");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_DOUBLE_EQ(e->gpu_seconds, 3600 + 1800);
+  EXPECT_DOUBLE_EQ(e->cost, 3);
+  claims.on_delete(held);
+  analyzer.reset();
+  ASSERT_TRUE(tracing->ForceFlush(absl::Now() + absl::Seconds(5)));
+  std::map<std::string, telemetry::AttributeValue> attributes;
+  for (const telemetry::SpanData& s : spans->spans()) {
+    if (s.name == "ResourceClaim") {
+      for (const telemetry::Attribute& a : s.attributes) {
+        attributes[a.key] = a.value;
+      }
+    }
+  }
+  ASSERT_TRUE(attributes.count("dralens.claim.gpu_hours"));
+  EXPECT_DOUBLE_EQ(std::get<double>(attributes["dralens.claim.gpu_hours"]), 1.5);
+  EXPECT_DOUBLE_EQ(std::get<double>(attributes["dralens.claim.cost"]), 3);
+  tracing->Shutdown(absl::Now() + absl::Seconds(5));
 }
 
 TEST(PendingNoteTest, EveryRequestAndAtMostOneKilobyteOnACharacterBoundary) {
