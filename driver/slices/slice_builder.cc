@@ -123,6 +123,9 @@ absl::StatusOr<SliceDevice> FullGpuDevice(const GpuInfo& gpu, const model::Inven
   device.attributes["type"] = DeviceAttribute::String("gpu");
   RETURN_IF_ERROR(AddString(device, "uuid", gpu.uuid, /*always=*/true));
   RETURN_IF_ERROR(AddProductAttributes(device, gpu, inventory));
+  // Full GPUs only (a partitionable one too, prepared whole with MIG off): MIG devices have no
+  // peer access to other GPUs.
+  RETURN_IF_ERROR(AddString(device, kNvlinkDomainAttribute, gpu.nvlink_domain));
   if (gpu.memory_bytes > 0) {
     device.capacity["memory"] = Bytes(gpu.memory_bytes);
   }

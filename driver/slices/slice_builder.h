@@ -77,6 +77,12 @@ inline constexpr char kManagedByValue[] = "dralens";
 inline constexpr char kPciBusIdAttribute[] = "resource.kubernetes.io/pciBusID";
 inline constexpr char kPcieRootAttribute[] = "resource.kubernetes.io/pcieRoot";
 inline constexpr char kNumaNodeAttribute[] = "resource.kubernetes.io/numaNode";
+// Ours, in the driver's domain (<driver name>/nvlinkDomain), on full GPUs with an active NVLink:
+// GPUs with the same value reach each other over NVLink, on one node or, for a multi-node
+// fabric's "<clusterUUID>.<cliqueID>", on several (model::GpuInfo::nvlink_domain). MIG devices
+// never carry it: MIG mode has no GPU-to-GPU peer access, over NVLink or PCIe. A claim asks for
+// NVLink-connected GPUs with matchAttribute: "<driver name>/nvlinkDomain".
+inline constexpr char kNvlinkDomainAttribute[] = "nvlinkDomain";
 
 // Where the slices go and who owns them.
 struct SliceTarget {

@@ -196,8 +196,9 @@ class Analyzer {
   PendingReason ReasonOfRequest(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingReason ReasonOfClaim(const Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdatePendingSeries(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Re-derives where a claim's devices landed (TopologySpread) and moves its series. A device
-  // whose slice is gone keeps the claim's last spread until it is published again.
+  // Re-derives where a claim's devices landed (TopologySpread and NvlinkReach) and moves its
+  // series. A device whose slice is gone keeps the claim's last topology until it is published
+  // again.
   void RefreshSpread(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Applies what the event left dirty: pending verdicts, node aggregates, MIG placeable.
@@ -311,7 +312,7 @@ class Analyzer {
   std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> pending_counts_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> latency_ ABSL_GUARDED_BY(mu_);
-  // dralens_cluster_claim_topology: (class, namespace, spread) -> series and claims.
+  // dralens_cluster_claim_topology: (class, namespace, spread, nvlink) -> series and claims.
   std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> topology_counts_
       ABSL_GUARDED_BY(mu_);
   // dralens_cluster_pool_devices: (driver, class, product) -> devices and series by PoolState.

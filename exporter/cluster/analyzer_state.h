@@ -106,8 +106,8 @@ struct Analyzer::Claim {
   bool seen_pending = false;
   std::optional<PendingReason> reason;
   bool age = false;  // has a pending age series
-  // Two or more devices allocated: where they landed, and its series.
-  std::optional<TopologySpread> spread;
+  // Two or more devices allocated: where they landed (spread and NVLink), and its series.
+  std::optional<ClaimTopology> spread;
   std::set<Key> spread_devices;  // the devices `spread` was derived from
   prometheus::Gauge* spread_series = nullptr;
   // What earlier allocations of this claim held, in GPU-seconds and at their prices.

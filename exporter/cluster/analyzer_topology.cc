@@ -14,7 +14,7 @@ void Analyzer::RefreshSpread(Claim& claim) {
   for (const auto& [key, cls] : claim.devices) {
     keys.insert(key);
   }
-  std::optional<TopologySpread> spread;
+  std::optional<ClaimTopology> topology;
   if (keys.size() >= 2) {
     std::vector<DevicePlace> places;
     bool all_known = true;
@@ -32,24 +32,26 @@ void Analyzer::RefreshSpread(Claim& claim) {
           numa != nullptr && std::holds_alternative<int64_t>(numa->value)) {
         place.numa_node = std::get<int64_t>(numa->value);
       }
+      place.nvlink_domain = StringAttribute(d->second->spec, "nvlinkDomain");
       places.push_back(std::move(place));
     }
-    spread = ClassifySpread(places);
+    topology = ClaimTopology{.spread = ClassifySpread(places), .nvlink = ClassifyNvlink(places)};
     if (!all_known && claim.spread.has_value() && claim.spread_devices == keys &&
-        *spread != TopologySpread::kCrossNode) {
-      spread = claim.spread;  // a slice of the same devices republished: keep what was known
+        topology->spread != TopologySpread::kCrossNode) {
+      topology = claim.spread;  // a slice of the same devices republished: keep what was known
     }
   }
   claim.spread_devices = std::move(keys);
-  if (spread == claim.spread && (spread.has_value() == (claim.spread_series != nullptr))) {
+  if (topology == claim.spread && (topology.has_value() == (claim.spread_series != nullptr))) {
     if (claim.spread_series != nullptr) {
       claim.spread_series->Set(static_cast<double>(claim.spread_devices.size()));
     }
     return;
   }
   if (claim.spread.has_value()) {
-    auto c =
-        topology_counts_.find({claim.device_class, claim.ns, std::string(ToString(*claim.spread))});
+    auto c = topology_counts_.find({claim.device_class, claim.ns,
+                                    std::string(ToString(claim.spread->spread)),
+                                    std::string(ToString(claim.spread->nvlink))});
     if (c != topology_counts_.end()) {
       c->second.first->Set(--c->second.second);
     }
@@ -58,23 +60,28 @@ void Analyzer::RefreshSpread(Claim& claim) {
     claim_spread_.Remove(claim.spread_series);
     claim.spread_series = nullptr;
   }
-  claim.spread = spread;
-  if (!spread.has_value()) {
+  claim.spread = topology;
+  if (!topology.has_value()) {
     return;
   }
-  const std::string name(ToString(*spread));
+  const std::string spread(ToString(topology->spread));
+  const std::string nvlink(ToString(topology->nvlink));
   auto [it, inserted] = topology_counts_.emplace(
-      std::vector<std::string>{claim.device_class, claim.ns, name}, std::make_pair(nullptr, 0));
+      std::vector<std::string>{claim.device_class, claim.ns, spread, nvlink},
+      std::make_pair(nullptr, 0));
   if (inserted) {
-    it->second.first = &topology_.Add(
-        {{"device_class", claim.device_class}, {"namespace", claim.ns}, {"spread", name}});
+    it->second.first = &topology_.Add({{"device_class", claim.device_class},
+                                       {"namespace", claim.ns},
+                                       {"spread", spread},
+                                       {"nvlink", nvlink}});
   }
   it->second.first->Set(++it->second.second);
   claim.spread_series =
       &claim_spread_.Add({{"namespace", claim.ns},
                           {"claim", claim.name},
                           {"device_class", claim.device_class},
-                          {"spread", name},
+                          {"spread", spread},
+                          {"nvlink", nvlink},
                           {"topology_sensitive",
                            topology_sensitive_.contains(claim.device_class) ? "true" : "false"}});
   claim.spread_series->Set(static_cast<double>(claim.spread_devices.size()));

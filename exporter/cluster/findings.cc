@@ -139,4 +139,35 @@ TopologySpread ClassifySpread(const std::vector<DevicePlace>& places) {
   return same_numa ? TopologySpread::kSameNuma : TopologySpread::kCrossNuma;
 }
 
+absl::string_view ToString(NvlinkReach reach) {
+  switch (reach) {
+    case NvlinkReach::kConnected:
+      return "connected";
+    case NvlinkReach::kNotConnected:
+      return "not_connected";
+    case NvlinkReach::kUnknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+NvlinkReach ClassifyNvlink(const std::vector<DevicePlace>& places) {
+  // Two published devices that differ settle it, whatever else is unknown.
+  const DevicePlace* first = nullptr;
+  bool unpublished = false;
+  for (const DevicePlace& p : places) {
+    if (p.node.empty()) {
+      unpublished = true;
+    } else if (first == nullptr) {
+      first = &p;
+    } else if (p.nvlink_domain != first->nvlink_domain) {
+      return NvlinkReach::kNotConnected;
+    }
+  }
+  if (unpublished || first == nullptr) {
+    return NvlinkReach::kUnknown;
+  }
+  return first->nvlink_domain.empty() ? NvlinkReach::kNotConnected : NvlinkReach::kConnected;
+}
+
 }  // namespace dralens::exporter::cluster

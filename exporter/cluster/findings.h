@@ -59,14 +59,36 @@ enum class TopologySpread {
 };
 absl::string_view ToString(TopologySpread spread);
 
+// dralens_cluster_claim_topology{nvlink}: whether the devices of such a claim reach each other
+// over NVLink, from their <driver>/nvlinkDomain attributes (docs/node.md, NVLink domains). A
+// published device without the attribute has no NVLink: a GPU without links, a MIG device, or
+// a device of a driver that does not publish it.
+enum class NvlinkReach {
+  kConnected,     // every device publishes the same nvlinkDomain (a fabric's may span nodes)
+  kNotConnected,  // two published devices differ: other domains, or one has none
+  kUnknown,       // a device not published (yet), and the published ones agree
+};
+absl::string_view ToString(NvlinkReach reach);
+
+// The labels a multi-device claim is counted under.
+struct ClaimTopology {
+  TopologySpread spread = TopologySpread::kUnknown;
+  NvlinkReach nvlink = NvlinkReach::kUnknown;
+  bool operator==(const ClaimTopology&) const = default;
+};
+
 // Where one allocated device is, from its slice and its attributes.
 struct DevicePlace {
   std::string node;       // the slice's node; "" for a device not published
   std::string pcie_root;  // "" when not published
   std::optional<int64_t> numa_node;
+  std::string nvlink_domain = {};  // "" when not published
 };
 // The spread of devices at these places (two or more). Pure.
 TopologySpread ClassifySpread(const std::vector<DevicePlace>& places);
+// Whether devices at these places (two or more) share an NVLink domain. Pure. Node-local
+// domains are named after a GPU UUID, so equal values on two nodes can only be one fabric's.
+NvlinkReach ClassifyNvlink(const std::vector<DevicePlace>& places);
 
 // dralens_cluster_claim_transitions_total{to}; each is an event on the lifecycle span.
 enum class Transition { kCreated, kAllocated, kReserved, kInUse, kReleased, kDeleted };

@@ -71,13 +71,14 @@ DASHBOARD = dashboard(
                   "(rate(dralens_cluster_allocation_latency_seconds_count{S}[$__rate_interval]))",
                   "{{device_class}}")],
                 unit="ops"),
-            timeseries("Multi-device claims by spread",
+            timeseries("Multi-device claims by spread and NVLink",
                 "Allocated claims with two or more devices, by where their devices landed: "
-                "same_pcie_root, same_numa, cross_numa, cross_node "
-                "(dralens_cluster_claim_topology). DralensClaimTopologyPoor fires for claims of "
-                "topology-sensitive classes that land cross_numa or cross_node.",
-                [("sum by (device_class, spread) (dralens_cluster_claim_topology{S})",
-                  "{{device_class}} {{spread}}")],
+                "same_pcie_root, same_numa, cross_numa, cross_node, and whether they share an "
+                "NVLink domain: connected, not_connected (dralens_cluster_claim_topology). "
+                "DralensClaimTopologyPoor fires for claims of topology-sensitive classes that land "
+                "cross_numa or cross_node and are not NVLink-connected.",
+                [("sum by (device_class, spread, nvlink) (dralens_cluster_claim_topology{S})",
+                  "{{device_class}} {{spread}} {{nvlink}}")],
                 stack=True),
         ]),
         row("Lifecycle", [

@@ -34,6 +34,11 @@ struct GpuInfo {
   std::string pci_bus_id;     // "0000:3b:00.0" (lower case, 4-digit domain); may be empty
   std::string pcie_root;      // "pci0000:3a"; empty when unknown
   std::optional<int> numa_node;
+  // The NVLink domain the GPU belongs to; empty when it has no active NVLink. GPUs with the same
+  // value, on this node or another, reach each other over NVLink: an NVLink fabric's
+  // "<clusterUUID>.<cliqueID>", else the UUID of the lowest-addressed GPU of its node-local
+  // NVLink component (driver/discovery/nvlink_domains.h).
+  std::string nvlink_domain = {};
   std::string driver_version;       // "550.163.01"
   std::string cuda_driver_version;  // "12.4"
   bool mig_capable = false;

@@ -475,20 +475,24 @@ std::vector<MetricSpec> BuildCatalog() {
        S::kAlpha},
       {"dralens_cluster_claim_topology",
        K::kGauge,
-       {"device_class", "namespace", "spread"},
+       {"device_class", "namespace", "spread", "nvlink"},
        "cluster",
-       "Allocated claims with two or more devices, by where the devices landed: same_pcie_root, "
-       "same_numa, cross_numa (one node, several NUMA nodes), cross_node, or unknown (a device "
-       "not published, or no NUMA node to compare), from the devices' "
-       "resource.kubernetes.io/pcieRoot and numaNode attributes.",
+       "Allocated claims with two or more devices, by where the devices landed: spread is "
+       "same_pcie_root, same_numa, cross_numa (one node, several NUMA nodes), cross_node, or "
+       "unknown (a device not published, or no NUMA node to compare), from the devices' "
+       "resource.kubernetes.io/pcieRoot and numaNode attributes; nvlink is connected (every "
+       "device publishes the same nvlinkDomain attribute, a fabric's across nodes), "
+       "not_connected (two devices differ, or none has NVLink) or unknown (a device not "
+       "published).",
        S::kAlpha},
       {"dralens_cluster_claim_spread",
        K::kGauge,
-       {"namespace", "claim", "device_class", "spread", "topology_sensitive"},
+       {"namespace", "claim", "device_class", "spread", "nvlink", "topology_sensitive"},
        "cluster",
        "One series per allocated claim with two or more devices, while it is allocated: its "
-       "spread (as dralens_cluster_claim_topology); topology_sensitive is true when its class is "
-       "one of --topology-sensitive-classes, else false. The value is its number of devices.",
+       "spread and nvlink (as dralens_cluster_claim_topology); topology_sensitive is true when "
+       "its class is one of --topology-sensitive-classes, else false. The value is its number of "
+       "devices.",
        S::kAlpha},
       {"dralens_cluster_mig_placeable",
        K::kGauge,

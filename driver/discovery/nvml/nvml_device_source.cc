@@ -184,6 +184,7 @@ absl::StatusOr<model::Inventory> NvmlDeviceSource::Discover() {
   unsigned int count = 0;
   RETURN_IF_ERROR(NvmlStatus(nv.DeviceGetCount(&count), "nvmlDeviceGetCount_v2"));
   std::vector<model::GpuInfo> gpus;
+  std::vector<nvmlDevice_t> handles;  // of `gpus`, in the same order
   std::vector<model::MigDevice> migs;
   DeniedCounts denied;
   for (unsigned int i = 0; i < count; ++i) {
@@ -218,10 +219,12 @@ absl::StatusOr<model::Inventory> NvmlDeviceSource::Discover() {
       return common::Annotate(failure, "NVML discovery");
     }
     gpus.push_back(*std::move(gpu));
+    handles.push_back(device);
     for (model::MigDevice& mig : *gpu_migs) {
       migs.push_back(std::move(mig));
     }
   }
+  AssignNvLinkDomains(handles, gpus);
   metrics_.SetDenied(denied);
   return common::Annotate(
       model::Inventory::Create(driver_version, cuda_version, std::move(gpus), std::move(migs)),

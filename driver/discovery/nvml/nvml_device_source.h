@@ -85,6 +85,11 @@ class NvmlDeviceSource : public DeviceSource {
   const nvml::NvmlApi& api() const { return library_->api(); }
   absl::StatusOr<model::GpuInfo> ReadGpu(nvml::nvmlDevice_t device, unsigned int index,
                                          DeniedCounts& denied);
+  // Sets the nvlink_domain of each GPU (nvml_nvlink.cc); `devices[i]` is the handle of
+  // `gpus[i]`. Reads only, and never fails: what NVML does not tell (an old driver without the
+  // calls, NOT_SUPPORTED, a fabric not registered) is no NVLink or no fabric.
+  void AssignNvLinkDomains(const std::vector<nvml::nvmlDevice_t>& devices,
+                           std::vector<model::GpuInfo>& gpus) const;
   absl::StatusOr<std::vector<model::MigProfile>> ReadMigProfiles(nvml::nvmlDevice_t device,
                                                                  const model::GpuInfo& gpu,
                                                                  DeniedCounts& denied);

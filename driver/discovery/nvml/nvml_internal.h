@@ -1,6 +1,7 @@
 // Helpers shared by the files of NvmlDeviceSource (one file per capability: discovery in
 // nvml_device_source.cc, MIG in nvml_mig.cc, health events in nvml_events.cc, time-slicing in
-// nvml_time_slice.cc, sysfs in nvml_sysfs.cc). Not part of the public interface.
+// nvml_time_slice.cc, sysfs in nvml_sysfs.cc, NVLink in nvml_nvlink.cc). Not part of the public
+// interface.
 #pragma once
 
 #include <cstddef>

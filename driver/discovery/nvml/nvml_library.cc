@@ -85,6 +85,9 @@ std::vector<Symbol> SymbolTable(NvmlApi& a) {
       {"nvmlGpmSampleFree", nullptr, Slot(&a.GpmSampleFree), true},
       {"nvmlGpmMigSampleGet", nullptr, Slot(&a.GpmMigSampleGet), true},
       {"nvmlGpmMetricsGet", nullptr, Slot(&a.GpmMetricsGet), true},
+      {"nvmlDeviceGetNvLinkState", nullptr, Slot(&a.DeviceGetNvLinkState), true},
+      {"nvmlDeviceGetNvLinkRemotePciInfo_v2", nullptr, Slot(&a.DeviceGetNvLinkRemotePciInfo), true},
+      {"nvmlDeviceGetGpuFabricInfoV", nullptr, Slot(&a.DeviceGetGpuFabricInfoV), true},
   };
 }
 

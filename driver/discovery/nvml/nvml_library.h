@@ -93,6 +93,14 @@ struct NvmlApi {
                                   nvmlGpmSample_t sample) = nullptr;
   // Takes an nvmlGpmMetricsGetN_t of any N (see nvml_types.h).
   nvmlReturn_t (*GpmMetricsGet)(void* metrics_get) = nullptr;
+  // NVLink and fabric identity. Optional: null means "no NVLink" / "no fabric" (the fabric call
+  // needs R550+).
+  nvmlReturn_t (*DeviceGetNvLinkState)(nvmlDevice_t device, unsigned int link,
+                                       nvmlEnableState_t* is_active) = nullptr;
+  nvmlReturn_t (*DeviceGetNvLinkRemotePciInfo)(nvmlDevice_t device, unsigned int link,
+                                               nvmlPciInfo_t* pci) = nullptr;
+  nvmlReturn_t (*DeviceGetGpuFabricInfoV)(nvmlDevice_t device,
+                                          nvmlGpuFabricInfo_v2_t* info) = nullptr;
 };
 
 // The dlopen handle and the resolved table. Closing happens in the destructor. Thread-safe after

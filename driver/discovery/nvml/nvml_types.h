@@ -156,6 +156,37 @@ struct nvmlEventData_t {
   unsigned int computeInstanceId;
 };
 
+// NVLink (nvml.h "NvLink"): per link, nvmlDeviceGetNvLinkState says whether it is up and
+// nvmlDeviceGetNvLinkRemotePciInfo_v2 fills an nvmlPciInfo_t for its far end (pciSubSystemId
+// is not filled).
+inline constexpr unsigned int NVML_NVLINK_MAX_LINKS = 18;
+// nvmlEnableState_t is a C enum (4 bytes).
+using nvmlEnableState_t = int;
+inline constexpr nvmlEnableState_t NVML_FEATURE_DISABLED = 0;
+inline constexpr nvmlEnableState_t NVML_FEATURE_ENABLED = 1;
+
+// GPU fabric (multi-node NVLink) registration, nvmlDeviceGetGpuFabricInfoV (R550+).
+inline constexpr unsigned int NVML_GPU_FABRIC_UUID_LEN = 16;
+using nvmlGpuFabricState_t = unsigned char;
+inline constexpr nvmlGpuFabricState_t NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = 0;
+inline constexpr nvmlGpuFabricState_t NVML_GPU_FABRIC_STATE_NOT_STARTED = 1;
+inline constexpr nvmlGpuFabricState_t NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2;
+inline constexpr nvmlGpuFabricState_t NVML_GPU_FABRIC_STATE_COMPLETED = 3;
+
+// nvmlGpuFabricInfo_v2_t. `status` is meaningful only once `state` is COMPLETED. Later headers
+// alias nvmlGpuFabricInfoV_t to a v3 that appends healthSummary; the library still accepts v2.
+struct nvmlGpuFabricInfo_v2_t {
+  unsigned int version;
+  unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  nvmlGpuFabricState_t state;
+  unsigned int healthMask;
+};
+// NVML_STRUCT_VERSION(GpuFabricInfo, 2): the size, with the version in the top byte.
+inline constexpr unsigned int nvmlGpuFabricInfo_v2 =
+    static_cast<unsigned int>(sizeof(nvmlGpuFabricInfo_v2_t)) | (2u << 24);
+
 // nvmlUtilization_t: percentages of the last sample period.
 struct nvmlUtilization_t {
   unsigned int gpu;
@@ -217,6 +248,12 @@ static_assert(sizeof(nvmlEventData_t) == 32);
 static_assert(offsetof(nvmlEventData_t, eventData) == 16);
 static_assert(offsetof(nvmlEventData_t, computeInstanceId) == 28);
 static_assert(sizeof(nvmlUtilization_t) == 8);
+static_assert(sizeof(nvmlGpuFabricInfo_v2_t) == 36);
+static_assert(offsetof(nvmlGpuFabricInfo_v2_t, status) == 20);
+static_assert(offsetof(nvmlGpuFabricInfo_v2_t, cliqueId) == 24);
+static_assert(offsetof(nvmlGpuFabricInfo_v2_t, state) == 28);
+static_assert(offsetof(nvmlGpuFabricInfo_v2_t, healthMask) == 32);
+static_assert(nvmlGpuFabricInfo_v2 == 0x02000024);
 static_assert(sizeof(nvmlGpmSupport_t) == 8);
 static_assert(sizeof(nvmlGpmMetric_t) == 40);
 static_assert(offsetof(nvmlGpmMetric_t, value) == 8);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "driver/discovery/nvlink_domains.h"
 #include "driver/discovery/nvml/nvml_status.h"
 #include "src/common/status.h"
 
@@ -118,6 +119,7 @@ absl::StatusOr<std::unique_ptr<SimulatedDeviceSource>> SimulatedDeviceSource::Cr
         spec.mig_enabled ? model::MigMode::kEnabled : model::MigMode::kDisabled;
     source->gpus_.push_back(std::move(gpu));
   }
+  source->AssignNvLinkDomains();
   for (size_t i = 0; i < n; ++i) {
     Gpu& gpu = source->gpus_[i];
     for (const SimulatedMigDeviceSpec& mig : profile.gpus[i].mig_devices) {
@@ -127,6 +129,37 @@ absl::StatusOr<std::unique_ptr<SimulatedDeviceSource>> SimulatedDeviceSource::Cr
     }
   }
   return source;
+}
+
+void SimulatedDeviceSource::AssignNvLinkDomains() {
+  // The links a real node of this kind reports: on an HGX board 18 per GPU, spread over four
+  // NVSwitches; through a bridge 4 per GPU, to its partner.
+  std::vector<NvLinkEndpoint> endpoints;
+  for (size_t i = 0; i < gpus_.size(); ++i) {
+    const model::GpuInfo& info = gpus_[i].info;
+    NvLinkEndpoint endpoint{.uuid = info.uuid,
+                            .pci_bus_id = info.pci_bus_id,
+                            .active_links = 0,
+                            .remote_bus_ids = {},
+                            .fabric_domain = ""};
+    if (profile_.nvlink == SimulatedNvLink::kNvSwitch) {
+      for (uint32_t link = 0; link < 18; ++link) {
+        endpoint.remote_bus_ids.push_back(absl::StrCat("nvswitch-", link % 4));
+      }
+    } else if (profile_.nvlink == SimulatedNvLink::kPairs && (i ^ 1) < gpus_.size()) {
+      endpoint.remote_bus_ids.assign(4, gpus_[i ^ 1].info.pci_bus_id);
+    }
+    endpoint.active_links = static_cast<uint32_t>(endpoint.remote_bus_ids.size());
+    if (profile_.fabric.has_value()) {
+      endpoint.fabric_domain =
+          FabricDomain(profile_.fabric->cluster_uuid, profile_.fabric->clique_id);
+    }
+    endpoints.push_back(std::move(endpoint));
+  }
+  const std::vector<std::string> domains = NvLinkDomains(endpoints);
+  for (size_t i = 0; i < gpus_.size(); ++i) {
+    gpus_[i].info.nvlink_domain = domains[i];
+  }
 }
 
 absl::Status SimulatedDeviceSource::Enter(SimulatedOp op) {

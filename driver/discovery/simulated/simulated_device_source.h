@@ -130,6 +130,9 @@ class SimulatedDeviceSource : public DeviceSource {
 
   SimulatedDeviceSource(SimulatedProfile profile, std::string node_name);
 
+  // Sets each GPU's nvlink_domain from the profile's NVLink layout, described as the links a
+  // real node of that kind reports (NvLinkDomains names the domains as NVML discovery does).
+  void AssignNvLinkDomains() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts the call and returns the injected error, if any.
   absl::Status Enter(SimulatedOp op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The GPU, or NotFound / GPU_IS_LOST.

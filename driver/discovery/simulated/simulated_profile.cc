@@ -3,9 +3,12 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -38,6 +41,7 @@ SimulatedProfile Uniform(const char* name, const char* board, int count) {
 SimulatedProfile Mixed() {
   SimulatedProfile profile;
   profile.name = "mixed";
+  profile.nvlink = SimulatedNvLink::kNvSwitch;
   profile.gpus.push_back(Gpu("h100-80gb", true, {{"3g.40gb", 0}, {"2g.20gb", 4}, {"1g.10gb", 6}}));
   std::vector<SimulatedMigDeviceSpec> sevenths;
   for (uint32_t start = 0; start < 7; ++start) {
@@ -131,6 +135,63 @@ absl::Status GetBool(const json& object, const std::string& path, const char* ke
   return absl::OkStatus();
 }
 
+// "3f2a0001-abcd-4000-8000-123456789abc" (either case) as 16 bytes.
+std::optional<std::array<unsigned char, 16>> ParseUuid(const std::string& text) {
+  std::array<unsigned char, 16> out = {};
+  if (text.size() != 36) {
+    return std::nullopt;
+  }
+  size_t byte = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (text[i] != '-') {
+        return std::nullopt;
+      }
+      ++i;
+      continue;
+    }
+    int value = 0;
+    if (!absl::ascii_isxdigit(text[i]) || !absl::ascii_isxdigit(text[i + 1]) ||
+        !absl::SimpleHexAtoi(text.substr(i, 2), &value)) {
+      return std::nullopt;
+    }
+    out[byte++] = static_cast<unsigned char>(value);
+    i += 2;
+  }
+  return out;
+}
+
+absl::Status ParseNvLink(const json& root, SimulatedProfile& profile) {
+  std::string nvlink;
+  RETURN_IF_ERROR(GetString(root, "", "nvlink", &nvlink));
+  if (nvlink == "nvswitch") {
+    profile.nvlink = SimulatedNvLink::kNvSwitch;
+  } else if (nvlink == "pairs") {
+    profile.nvlink = SimulatedNvLink::kPairs;
+  } else if (!nvlink.empty() && nvlink != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nvlink: unknown value \"", nvlink, "\" (known: none, nvswitch, pairs)"));
+  }
+  auto fabric = root.find("nvlinkFabric");
+  if (fabric == root.end()) {
+    return absl::OkStatus();
+  }
+  const std::string path = "nvlinkFabric";
+  RETURN_IF_ERROR(CheckKeys(*fabric, path, {"clusterUuid", "cliqueId"}));
+  std::string uuid;
+  RETURN_IF_ERROR(GetString(*fabric, path, "clusterUuid", &uuid, /*required=*/true));
+  std::optional<int64_t> clique;
+  RETURN_IF_ERROR(GetInt(*fabric, path, "cliqueId", 0, 0xffffffffLL, &clique, /*required=*/true));
+  std::optional<std::array<unsigned char, 16>> bytes = ParseUuid(uuid);
+  if (!bytes.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nvlinkFabric.clusterUuid: \"", uuid, "\" is not a UUID (8-4-4-4-12 hexadecimal digits)"));
+  }
+  profile.fabric =
+      SimulatedFabric{.cluster_uuid = *bytes, .clique_id = static_cast<uint32_t>(*clique)};
+  return absl::OkStatus();
+}
+
 std::string KnownBoardKeys() {
   std::vector<std::string> keys;
   for (const model::MigBoard& board : model::KnownMigBoards()) {
@@ -194,10 +255,14 @@ std::vector<std::string> BuiltinSimulatedProfileNames() {
 
 absl::StatusOr<SimulatedProfile> BuiltinSimulatedProfile(absl::string_view name) {
   if (name == "dgx-h100") {
-    return Uniform("dgx-h100", "h100-80gb", 8);
+    SimulatedProfile profile = Uniform("dgx-h100", "h100-80gb", 8);
+    profile.nvlink = SimulatedNvLink::kNvSwitch;
+    return profile;
   }
   if (name == "h100x2") {
-    return Uniform("h100x2", "h100-80gb", 2);
+    SimulatedProfile profile = Uniform("h100x2", "h100-80gb", 2);
+    profile.nvlink = SimulatedNvLink::kPairs;
+    return profile;
   }
   if (name == "a100-40gb") {
     return Uniform("a100-40gb", "a100-40gb", 8);
@@ -217,13 +282,15 @@ absl::StatusOr<SimulatedProfile> ParseSimulatedProfileJson(absl::string_view jso
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("invalid JSON: ", e.what()));
   }
-  RETURN_IF_ERROR(
-      CheckKeys(root, "", {"name", "driverVersion", "cudaDriverVersion", "brand", "gpus"}));
+  RETURN_IF_ERROR(CheckKeys(
+      root, "",
+      {"name", "driverVersion", "cudaDriverVersion", "brand", "gpus", "nvlink", "nvlinkFabric"}));
   SimulatedProfile profile;
   RETURN_IF_ERROR(GetString(root, "", "name", &profile.name, /*required=*/true));
   RETURN_IF_ERROR(GetString(root, "", "driverVersion", &profile.driver_version));
   RETURN_IF_ERROR(GetString(root, "", "cudaDriverVersion", &profile.cuda_driver_version));
   RETURN_IF_ERROR(GetString(root, "", "brand", &profile.brand));
+  RETURN_IF_ERROR(ParseNvLink(root, profile));
   auto gpus = root.find("gpus");
   if (gpus == root.end()) {
     return absl::InvalidArgumentError("gpus: required field missing");
@@ -271,6 +338,10 @@ absl::Status ValidateSimulatedProfile(const SimulatedProfile& profile) {
   if (profile.gpus.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("simulated profile ", profile.name, " has no GPUs"));
+  }
+  if (profile.fabric.has_value() && profile.nvlink != SimulatedNvLink::kNvSwitch) {
+    return absl::InvalidArgumentError(absl::StrCat("simulated profile ", profile.name,
+                                                   ": nvlinkFabric needs nvlink \"nvswitch\""));
   }
   for (size_t i = 0; i < profile.gpus.size(); ++i) {
     const SimulatedGpuSpec& gpu = profile.gpus[i];

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -70,6 +71,20 @@ class FakeNvml {
     Fn<void (*)(unsigned, int)>("fakeNvmlSetGpmSupported")(gpu, supported ? 1 : 0);
   }
   int GpmSamplesAlive() { return Fn<int (*)()>("fakeNvmlGpmSamplesAlive")(); }
+  // GPUs 2 to count-1 become full H100s (count 2 to 8).
+  void SetGpuCount(unsigned count) { Fn<void (*)(unsigned)>("fakeNvmlSetGpuCount")(count); }
+  // Link `link` of GPU `gpu` up or down, its far end at `remote_bus_id` in NVML's form
+  // ("00000000:1B:00.0"; "" when NVML cannot read it).
+  void SetNvLink(unsigned gpu, unsigned link, bool active, const std::string& remote_bus_id) {
+    Fn<void (*)(unsigned, unsigned, int, const char*)>("fakeNvmlSetNvLink")(
+        gpu, link, active ? 1 : 0, remote_bus_id.c_str());
+  }
+  // What nvmlDeviceGetGpuFabricInfoV answers for GPU `gpu`.
+  void SetFabric(unsigned gpu, int rc, unsigned state, int status,
+                 const std::array<unsigned char, 16>& cluster_uuid, unsigned clique) {
+    Fn<void (*)(unsigned, int, unsigned, int, const unsigned char*, unsigned)>("fakeNvmlSetFabric")(
+        gpu, rc, state, status, cluster_uuid.data(), clique);
+  }
   unsigned long long RegisteredEvents(unsigned gpu) {
     return Fn<unsigned long long (*)(unsigned)>("fakeNvmlRegisteredEvents")(gpu);
   }

@@ -1,5 +1,5 @@
 // A fake libnvidia-ml.so.1 for tests: the NVML C ABI that NvmlDeviceSource resolves, backed by
-// a scripted two-GPU machine.
+// a scripted two-GPU machine (up to eight with fakeNvmlSetGpuCount).
 //
 //   index 0, minor 2: "NVIDIA H100 80GB HBM3", MIG enabled, two MIG devices:
 //       3g.40gb (GI profile 9) at 4:4 = GI 2 / CI 0, and 1g.10gb (GI profile 19) at 0:1 = GI 7 / CI
@@ -10,9 +10,11 @@
 // a GPU outside the caller's device cgroup, withdraw the MIG capability, make the driver know
 // fewer profiles, make CI profile IDs differ from their indices, fail one event wait, and count
 // calls that would change a GPU and the event sets made. The parts: this file (library, system,
-// identity), fake_nvml_mig.cc, fake_nvml_events.cc, fake_nvml_state.{h,cc}. Built three times:
-// as is; with FAKE_NVML_OMIT_SYMBOL, which leaves out nvmlDeviceGetCudaComputeCapability; and
-// with FAKE_NVML_LEGACY_ONLY, which has nvmlEventSetWait instead of nvmlEventSetWait_v2.
+// identity), fake_nvml_mig.cc, fake_nvml_events.cc, fake_nvml_nvlink.cc, fake_nvml_usage.cc,
+// fake_nvml_state.{h,cc}. Built four times: as is; with FAKE_NVML_OMIT_SYMBOL, which leaves out
+// nvmlDeviceGetCudaComputeCapability; with FAKE_NVML_LEGACY_ONLY, which has nvmlEventSetWait
+// instead of nvmlEventSetWait_v2; and with FAKE_NVML_NO_TOPOLOGY, which has none of the NVLink
+// and fabric calls (a driver older than them).
 #include "tests/driver/discovery/fake_nvml/fake_nvml_state.h"
 
 using namespace fake_nvml;  // NOLINT(build/namespaces)
@@ -146,7 +148,7 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
   if (s.init_count <= 0) {
     return NVML_ERROR_UNINITIALIZED;
   }
-  *count = 2;
+  *count = s.gpu_count;
   return NVML_SUCCESS;
 }
 
@@ -155,7 +157,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* dev
   if (s.init_count <= 0) {
     return NVML_ERROR_UNINITIALIZED;
   }
-  if (index >= 2) {
+  if (index >= s.gpu_count) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
   if (s.gpus[index].lost) {
@@ -173,7 +175,8 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
   if (s.init_count <= 0) {
     return NVML_ERROR_UNINITIALIZED;
   }
-  for (FakeGpu& gpu : s.gpus) {
+  for (unsigned i = 0; i < s.gpu_count; ++i) {
+    FakeGpu& gpu = s.gpus[i];
     if (gpu.uuid == uuid) {
       if (gpu.lost) {
         return NVML_ERROR_GPU_IS_LOST;

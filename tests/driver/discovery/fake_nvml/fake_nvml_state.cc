@@ -84,6 +84,10 @@ void ResetLocked(State& s) {
   s.instances.clear();
   s.events.clear();
   s.gpm_samples = 0;
+  s.gpu_count = 2;
+  for (FakeGpu& gpu : s.gpus) {
+    gpu = FakeGpu{};
+  }
   FakeGpu& h100 = s.gpus[0];
   h100 = FakeGpu{};
   h100.index = 0;
@@ -107,6 +111,7 @@ void ResetLocked(State& s) {
                           nvmlEventTypeGpuRecoveryAction;
   h100.numa_node = 7;
   h100.gpm_supported = true;
+  h100.fabric_rc = NVML_ERROR_NOT_SUPPORTED;
   FakeGpu& a100 = s.gpus[1];
   a100 = FakeGpu{};
   a100.index = 1;
@@ -128,6 +133,7 @@ void ResetLocked(State& s) {
   a100.supported_events = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError |
                           nvmlEventTypeSingleBitEccError;
   a100.numa_node = 0;
+  a100.fabric_rc = NVML_ERROR_NOT_SUPPORTED;
 
   FakeInstance* big =
       AddInstance(s, 0, *RowById(h100, 9), 4, 2, "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee");
@@ -137,6 +143,32 @@ void ResetLocked(State& s) {
       AddInstance(s, 0, *RowById(h100, 19), 0, 7, "MIG-12345678-1234-1234-1234-123456789abc");
   small->ci_alive = true;
   small->ci_profile_id = 0;
+}
+
+void AddH100(State& s, unsigned index, unsigned bus) {
+  FakeGpu& gpu = s.gpus[index];
+  gpu = FakeGpu{};
+  gpu.index = index;
+  gpu.minor = index + 1;
+  char text[64];
+  std::snprintf(text, sizeof(text), "GPU-%08x-0000-4000-8000-%012x", index, index);
+  gpu.uuid = text;
+  std::snprintf(text, sizeof(text), "00000000:%02X:00.0", bus);
+  gpu.bus_id = text;
+  gpu.name = "NVIDIA H100 80GB HBM3";
+  gpu.brand = 14;
+  gpu.arch = 9;
+  gpu.cc_major = 9;
+  gpu.cc_minor = 0;
+  gpu.memory_mib = 81559;
+  gpu.domain = 0;
+  gpu.bus = bus;
+  gpu.pci_device_id = 0x233010DE;
+  gpu.mig_supported = true;
+  gpu.mig_current = gpu.mig_pending = 0;
+  gpu.rows = &H100Rows();
+  gpu.supported_events = nvmlEventTypeXidCriticalError;
+  gpu.fabric_rc = NVML_ERROR_NOT_SUPPORTED;
 }
 
 State& Locked(std::unique_lock<std::mutex>& lock) {

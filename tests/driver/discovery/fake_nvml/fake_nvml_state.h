@@ -40,6 +40,13 @@ struct Tag {
   int kind;
 };
 
+// One NVLink of a GPU: up or down, and the PCI bus ID NVML reports at its far end ("" makes
+// nvmlDeviceGetNvLinkRemotePciInfo_v2 fail).
+struct FakeLink {
+  bool active;
+  std::string remote_bus_id;
+};
+
 struct FakeGpu {
   Tag tag{kGpuKind};
   unsigned index;
@@ -65,6 +72,13 @@ struct FakeGpu {
   unsigned long long used_mib;
   bool gpm_supported;
   const std::vector<ProfileRow>* rows;
+  // Without NVLink (the default) every NVLink call answers NOT_SUPPORTED.
+  bool nvlink_supported;
+  FakeLink links[NVML_NVLINK_MAX_LINKS];
+  // What nvmlDeviceGetGpuFabricInfoV answers: fabric_rc (NOT_SUPPORTED by default), else the
+  // info below.
+  nvmlReturn_t fabric_rc;
+  nvmlGpuFabricInfo_v2_t fabric;
 };
 
 struct FakeInstance {
@@ -87,6 +101,8 @@ struct FakeEvent {
   unsigned gi, ci;
 };
 
+inline constexpr unsigned kMaxGpus = 8;
+
 struct State {
   std::mutex mu;
   int init_count = 0;
@@ -98,7 +114,9 @@ struct State {
   unsigned profile_index_limit = 0x12;    // profile indices from here answer INVALID_ARGUMENT
   bool ci_ids_swapped = false;            // CI profile IDs differ from their indices (index ^ 1)
   unsigned next_uuid = 0x100;
-  FakeGpu gpus[2];
+  // gpus[0] and gpus[1] are the scripted pair; fakeNvmlSetGpuCount adds H100s up to kMaxGpus.
+  unsigned gpu_count = 2;
+  FakeGpu gpus[kMaxGpus];
   std::vector<std::unique_ptr<FakeInstance>> instances;
   std::deque<FakeEvent> events;
   char event_set_tag = 0;
@@ -115,6 +133,9 @@ FakeInstance* AddInstance(State& s, unsigned gpu, const ProfileRow& row, unsigne
 const ProfileRow* RowById(const FakeGpu& gpu, unsigned id);
 
 void ResetLocked(State& s);
+
+// Makes gpus[index] (index >= 2) a full H100 80GB with MIG disabled, bus 0x<bus>.
+void AddH100(State& s, unsigned index, unsigned bus);
 
 State& Locked(std::unique_lock<std::mutex>& lock);
 
