@@ -119,6 +119,13 @@ class Analyzer {
     PendingReason reason = PendingReason::kWaitingForPod;
   };
   std::vector<PendingClaim> PendingClaims() ABSL_LOCKS_EXCLUDED(mu_);
+  // The devices the pending claims `claims` (of namespace `ns`) lack when evaluated together: each
+  // request, in order, takes free matching devices that no earlier request of these claims took
+  // (within what shared counters have left); a firstAvailable request takes its first option
+  // that is met in full, else counts its first option's shortfall. Allocated or unknown claims
+  // count nothing. For gangs (gangs.h).
+  int64_t ShortTogether(const std::string& ns, const std::vector<std::string>& claims)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The per-object series that live outside the registry given to the constructor
   // (dralens_cluster_pending_claim_age_seconds); the metrics server collects them beside it.

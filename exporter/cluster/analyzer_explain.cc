@@ -189,6 +189,7 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
       p.node = dev.node;
       p.product = dev.product;
       p.pcie_root = StringAttribute(dev.spec, "pcieRoot");
+      p.nvlink_domain = StringAttribute(dev.spec, "nvlinkDomain");
       if (const model::DeviceAttribute* numa = Attribute(dev.spec, "numaNode");
           numa != nullptr && numa->AsInt() != nullptr) {
         p.numa_node = *numa->AsInt();
@@ -196,7 +197,7 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
     }
     e.devices.push_back(std::move(p));
   }
-  e.spread = c.spread;
+  e.topology = c.spread;
   e.topology_sensitive = topology_sensitive_.count(c.device_class) > 0;
   e.reserved_for = c.reserved_pods;
   for (const Key& pod : c.reserved_pods) {

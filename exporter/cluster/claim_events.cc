@@ -12,9 +12,11 @@
 namespace dralens::exporter::cluster {
 
 ClaimEventRecorder::ClaimEventRecorder(Analyzer& analyzer, ClaimEventSink& sink,
-                                       prometheus::Registry& registry, ClaimEventOptions options)
+                                       prometheus::Registry& registry, ClaimEventOptions options,
+                                       const GangTracker* gangs)
     : analyzer_(analyzer),
       sink_(sink),
+      gangs_(gangs),
       events_(telemetry::BuildCounter(registry, "dralens_cluster_claim_events_total")),
       options_(options),
       clock_(options.clock != nullptr ? *options.clock : common::RealClock()),
@@ -76,6 +78,9 @@ int ClaimEventRecorder::Step() {
     std::optional<ClaimExplanation> e = analyzer_.Explain(c.ns, c.name);
     if (!e.has_value() || e->state != ClaimState::kPending || !e->reason.has_value()) {
       continue;  // gone or allocated since PendingClaims()
+    }
+    if (gangs_ != nullptr) {
+      e->gang = gangs_->GangOfClaim(c.ns, c.name);
     }
     const std::string reason = EventReason(*e->reason);
     const std::string note = PendingNote(*e);

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/gangs.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/registry.h"
@@ -63,9 +64,10 @@ struct ClaimEventOptions {
 
 class ClaimEventRecorder {
  public:
-  // `analyzer`, `sink` and `registry` must outlive the recorder.
+  // `analyzer`, `sink`, `registry` and `gangs` (null where Workloads are not served; the notes
+  // of a gang's claims then name the gang) must outlive the recorder.
   ClaimEventRecorder(Analyzer& analyzer, ClaimEventSink& sink, prometheus::Registry& registry,
-                     ClaimEventOptions options);
+                     ClaimEventOptions options, const GangTracker* gangs = nullptr);
 
   // One pass over the pending claims. Returns the number of writes made.
   int Step();
@@ -87,6 +89,7 @@ class ClaimEventRecorder {
 
   Analyzer& analyzer_;
   ClaimEventSink& sink_;
+  const GangTracker* gangs_;
   prometheus::Family<prometheus::Counter>& events_;
   const ClaimEventOptions options_;
   common::Clock& clock_;

@@ -142,6 +142,14 @@ nlohmann::json FunnelJson(const RequestFunnel& f) {
 
 std::string Money(double v) { return absl::StrFormat("%.2f", v); }
 
+std::string GangText(const GangView& g) {
+  return absl::StrCat(g.ns, "/", g.workload, " pod group ", g.pod_group,
+                      g.replica.empty() ? "" : absl::StrCat(" replica ", g.replica), ": ",
+                      g.scheduled, " of ", g.pods, " pods scheduled, needs ", g.min_count,
+                      "; its pending claims, evaluated together, lack ", g.short_devices,
+                      g.short_devices == 1 ? " device" : " devices");
+}
+
 }  // namespace
 
 std::string EventReason(PendingReason reason) {
@@ -173,6 +181,9 @@ std::string FunnelText(const RequestFunnel& funnel) {
 
 std::string PendingNote(const ClaimExplanation& e, size_t max_bytes) {
   std::vector<std::string> parts;
+  if (e.gang.has_value()) {
+    parts.push_back(absl::StrCat("gang ", GangText(*e.gang)));
+  }
   for (const RequestFunnel& f : e.requests) {
     parts.push_back(absl::StrCat("request ", f.request, ": ", FunnelText(f)));
   }
@@ -187,6 +198,9 @@ std::string ExplanationText(const ClaimExplanation& e) {
       absl::StrAppend(&out, ", reason ", ToString(*e.reason), " (", EventReason(*e.reason), ")");
     }
     absl::StrAppend(&out, "\n");
+    if (e.gang.has_value()) {
+      absl::StrAppend(&out, "Gang:     ", GangText(*e.gang), "\n");
+    }
     for (const RequestFunnel& f : e.requests) {
       absl::StrAppend(&out, "\nRequest ", f.request, " (", ToString(f.reason), "):\n");
       if (f.options.empty()) {
@@ -222,13 +236,17 @@ std::string ExplanationText(const ClaimExplanation& e) {
     if (!d.pcie_root.empty()) {
       facts.push_back(absl::StrCat("PCIe root ", d.pcie_root));
     }
+    if (!d.nvlink_domain.empty()) {
+      facts.push_back(absl::StrCat("NVLink domain ", d.nvlink_domain));
+    }
     if (!facts.empty()) {
       absl::StrAppend(&out, " (", absl::StrJoin(facts, ", "), ")");
     }
     absl::StrAppend(&out, "\n");
   }
-  if (e.spread.has_value()) {
-    absl::StrAppend(&out, "Topology: ", ToString(*e.spread),
+  if (e.topology.has_value()) {
+    absl::StrAppend(&out, "Topology: ", ToString(e.topology->spread), ", NVLink ",
+                    ToString(e.topology->nvlink),
                     e.topology_sensitive ? " (its class is marked topology-sensitive)" : "", "\n");
   }
   if (e.reserved_for.empty()) {
@@ -276,6 +294,13 @@ nlohmann::json ExplanationJson(const ClaimExplanation& e) {
       j["requests"].push_back(FunnelJson(f));
     }
     j["note"] = PendingNote(e);
+    if (e.gang.has_value()) {
+      const GangView& g = *e.gang;
+      j["gang"] = {
+          {"workload", g.workload},          {"podGroup", g.pod_group}, {"replica", g.replica},
+          {"minCount", g.min_count},         {"pods", g.pods},          {"scheduled", g.scheduled},
+          {"shortDevices", g.short_devices}, {"text", GangText(g)}};
+    }
     return j;
   }
   if (e.allocated_at.has_value()) {
@@ -290,10 +315,14 @@ nlohmann::json ExplanationJson(const ClaimExplanation& e) {
     if (d.numa_node.has_value()) {
       dj["numaNode"] = *d.numa_node;
     }
+    if (!d.nvlink_domain.empty()) {
+      dj["nvlinkDomain"] = d.nvlink_domain;
+    }
     j["devices"].push_back(std::move(dj));
   }
-  if (e.spread.has_value()) {
-    j["spread"] = ToString(*e.spread);
+  if (e.topology.has_value()) {
+    j["spread"] = ToString(e.topology->spread);
+    j["nvlink"] = ToString(e.topology->nvlink);
     j["topologySensitive"] = e.topology_sensitive;
   }
   j["reservedFor"] = e.reserved_for;

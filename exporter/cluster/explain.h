@@ -63,6 +63,20 @@ struct PlacedDevice {
   std::string device_class;  // of the request it was allocated for
   std::string pcie_root;
   std::optional<int64_t> numa_node;
+  std::string nvlink_domain = {};
+};
+
+// A gang (exporter/cluster/gangs.h): one pod group of a scheduling.k8s.io Workload with a gang
+// policy, or one replica of it.
+struct GangView {
+  std::string ns, workload, pod_group, replica;
+  int64_t min_count = 0;
+  int64_t pods = 0;
+  int64_t scheduled = 0;
+  absl::Time since = absl::InfinitePast();  // its first pod's creation
+  std::vector<std::string> claims;          // of its unscheduled pods
+  int64_t short_devices = 0;
+  bool pending() const { return scheduled < min_count; }
 };
 
 struct ClaimExplanation {
@@ -76,13 +90,15 @@ struct ClaimExplanation {
   // Allocated.
   std::optional<absl::Time> allocated_at;  // allocationTimestamp, else when first seen allocated
   std::vector<PlacedDevice> devices;
-  std::optional<TopologySpread> spread;
+  std::optional<ClaimTopology> topology;  // two or more devices: spread and NVLink
   bool topology_sensitive = false;
   std::vector<std::string> reserved_for;  // "ns/pod"
   std::vector<std::string> running_pods;  // of them, Running
   double gpus = 0;                        // GPU-equivalents held
   double gpu_seconds = 0;                 // since allocated_at
   double cost = 0;                        // gpu_seconds at today's prices
+  // The pending gang whose unscheduled pods use this claim, if any.
+  std::optional<GangView> gang = {};
 };
 
 // "NoCapacity" for kNoCapacity: the Event reason of a pending claim.

@@ -7,6 +7,7 @@
 #include "exporter/cluster/feed.h"
 #include "exporter/cluster/pricing.h"
 #include "src/app/claim_event_writer.h"
+#include "src/common/log.h"
 #include "src/common/status.h"
 #include "src/telemetry/catalog.h"
 
@@ -34,6 +35,37 @@ void AddClaimDebugEndpoint(exporter::MetricsServer& server, ClusterRole& role) {
                                });
 }
 
+bool ServesWorkloads(k8s::KubeClient& client) {
+  k8s::ListOptions options;
+  options.limit = 1;
+  absl::StatusOr<k8s::ListResult> probe = client.List(k8s::kWorkloads, "", options);
+  if (probe.ok()) {
+    return true;
+  }
+  if (!absl::IsNotFound(probe.status())) {
+    DLOG(kWarn, "cluster", "cannot tell whether the API server serves Workloads; gangs are off",
+         {{"error", probe.status().message()}});
+  }
+  return false;
+}
+
+k8s::InformerHandlers ChainHandlers(k8s::InformerHandlers first, k8s::InformerHandlers second) {
+  k8s::InformerHandlers h;
+  h.on_add = [first, second](const nlohmann::json& o) {
+    first.on_add(o);
+    second.on_add(o);
+  };
+  h.on_update = [first, second](const nlohmann::json& old, const nlohmann::json& o) {
+    first.on_update(old, o);
+    second.on_update(old, o);
+  };
+  h.on_delete = [first, second](const nlohmann::json& o) {
+    first.on_delete(o);
+    second.on_delete(o);
+  };
+  return h;
+}
+
 absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
     ClusterRoleOptions options, k8s::KubeClient& client,
     const k8s::KubeRequestMetrics* kube_metrics, prometheus::Registry& registry,
@@ -58,11 +90,28 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   role->gate_->AddTextSource(role->analyzer_->ObjectSeriesCollectable());
   role->gate_->AddTextSource(role->analyzer_->TextSeries());
 
+  const bool gangs = ServesWorkloads(client);
+  if (gangs) {
+    role->gangs_ = std::make_unique<exporter::cluster::GangTracker>(*role->analyzer_,
+                                                                    *role->cluster_registry_);
+    role->gate_->AddTextSource(role->gangs_->TextSeries());
+  }
+  DLOG(kInfo, "cluster", "gangs", {{"workloads_served", gangs ? "true" : "false"}});
+
   ClusterRole* self = role.get();
-  role->watch_ =
-      std::make_unique<ClusterWatch>(client, kube_metrics, [self](const k8s::ResourceType& type) {
-        return exporter::cluster::HandlersFor(type, *self->analyzer_);
-      });
+  role->watch_ = std::make_unique<ClusterWatch>(
+      client, kube_metrics,
+      [self](const k8s::ResourceType& type) {
+        if (type.plural == k8s::kWorkloads.plural && type.group == k8s::kWorkloads.group) {
+          return self->gangs_->WorkloadHandlers();
+        }
+        k8s::InformerHandlers h = exporter::cluster::HandlersFor(type, *self->analyzer_);
+        if (self->gangs_ != nullptr && type.plural == k8s::kPods.plural) {
+          h = ChainHandlers(std::move(h), self->gangs_->PodHandlers());
+        }
+        return h;
+      },
+      gangs);
   // Outside the leader gate: how current this replica's view is matters on a standby too.
   prometheus::Family<prometheus::Gauge>& stale =
       telemetry::BuildGauge(registry, "dralens_cluster_stale_seconds");
@@ -88,6 +137,9 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
       }
       if (synced) {
         self->analyzer_->Tick();
+        if (self->gangs_ != nullptr) {
+          self->gangs_->Refresh();
+        }
       }
       self->UpdateStaleness();
     } while (!self->stop_ticker_.WaitForNotificationWithTimeout(
@@ -97,7 +149,8 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   if (options.claim_events) {
     role->event_sink_ = std::make_unique<ClaimEventWriter>(client, options.instance);
     role->event_recorder_ = std::make_unique<exporter::cluster::ClaimEventRecorder>(
-        *role->analyzer_, *role->event_sink_, registry, options.claim_event_options);
+        *role->analyzer_, *role->event_sink_, registry, options.claim_event_options,
+        role->gangs_.get());
     const absl::Duration period = options.claim_event_period;
     role->event_thread_ = std::make_unique<std::thread>([self, period] {
       // Only the leader writes; a replica that stops leading forgets what it wrote, since the
@@ -132,6 +185,9 @@ std::optional<nlohmann::json> ClusterRole::ExplainJson(const std::string& ns,
   if (!e.has_value()) {
     return std::nullopt;
   }
+  if (gangs_ != nullptr && e->state == exporter::cluster::ClaimState::kPending) {
+    e->gang = gangs_->GangOfClaim(ns, name);
+  }
   return exporter::cluster::ExplanationJson(*e);
 }
 
@@ -164,6 +220,7 @@ void ClusterRole::Stop() {
   if (watch_) {
     watch_->Stop();
   }
+  gangs_.reset();
   analyzer_.reset();  // ends the claims' lifecycle spans
 }
 

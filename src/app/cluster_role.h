@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
 #include "exporter/cluster/claim_events.h"
+#include "exporter/cluster/gangs.h"
 #include "exporter/cluster/leader_gate.h"
 #include "exporter/http/metrics_server.h"
 #include "nlohmann/json.hpp"
@@ -56,6 +57,14 @@ class ClusterRole;
 
 // Serves /debug/claims/<namespace>/<name> from `role` on `server` (before it starts).
 void AddClaimDebugEndpoint(exporter::MetricsServer& server, ClusterRole& role);
+
+// Whether the API server serves scheduling.k8s.io/v1alpha1 Workloads (gangs): one LIST of at
+// most one object. Where it does not (404), the cluster role watches no Workloads and exports
+// no gang series.
+bool ServesWorkloads(k8s::KubeClient& client);
+
+// Handlers that call `first`, then `second` (both complete).
+k8s::InformerHandlers ChainHandlers(k8s::InformerHandlers first, k8s::InformerHandlers second);
 
 // "a, b,,c" -> {a, b, c}: a comma-separated list of DeviceClass names.
 std::set<std::string> ClassList(absl::string_view value);
@@ -94,6 +103,7 @@ class ClusterRole {
 
   std::shared_ptr<prometheus::Registry> cluster_registry_;
   std::unique_ptr<exporter::cluster::Analyzer> analyzer_;
+  std::unique_ptr<exporter::cluster::GangTracker> gangs_;  // where Workloads are served
   std::unique_ptr<exporter::cluster::LeaderGate> gate_;
   std::unique_ptr<ClusterWatch> watch_;
   std::unique_ptr<k8s::LeaderElector> elector_;

@@ -6,9 +6,13 @@
 namespace dralens::app {
 
 ClusterWatch::ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetrics* metrics,
-                           const HandlerFactory& handlers) {
-  for (const k8s::ResourceType* type : {&k8s::kResourceClaims, &k8s::kResourceSlices,
-                                        &k8s::kDeviceClasses, &k8s::kPods, &k8s::kNodes}) {
+                           const HandlerFactory& handlers, bool with_workloads) {
+  std::vector<const k8s::ResourceType*> types = {&k8s::kResourceClaims, &k8s::kResourceSlices,
+                                                 &k8s::kDeviceClasses, &k8s::kPods, &k8s::kNodes};
+  if (with_workloads) {
+    types.push_back(&k8s::kWorkloads);
+  }
+  for (const k8s::ResourceType* type : types) {
     k8s::InformerOptions options;
     options.metrics = metrics;
     // The analyzer keeps what it needs of each object; the informers keep hashes only.

@@ -1,4 +1,5 @@
-// ClusterWatch: the cluster role's informers over claims, slices, classes, pods and nodes.
+// ClusterWatch: the cluster role's informers over claims, slices, classes, pods and nodes, and
+// Workloads where the API server serves them (gangs).
 //
 // Ready once every informer has synced. The analyzer plugs into their handlers.
 #pragma once
@@ -21,8 +22,9 @@ class ClusterWatch {
   // Handlers for one informer, by resource type (the analyzer's feed); null: none.
   using HandlerFactory = std::function<k8s::InformerHandlers(const k8s::ResourceType&)>;
   // `client` and `metrics` must outlive the watch.
+  // `with_workloads` adds an informer over scheduling.k8s.io Workloads.
   ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetrics* metrics,
-               const HandlerFactory& handlers = nullptr);
+               const HandlerFactory& handlers = nullptr, bool with_workloads = false);
   ~ClusterWatch();
 
   void Start();

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "exporter/cluster/analyzer.h"
 #include "exporter/cluster/feed.h"
+#include "exporter/cluster/gangs.h"
 #include "exporter/cluster/pricing.h"
 #include "prometheus/registry.h"
 #include "src/app/cluster_role.h"
@@ -83,9 +84,23 @@ absl::Status Explain(const FlagValues& flags, std::string* out) {
   prometheus::Registry registry;
   telemetry::NoopTracer tracer;
   exporter::cluster::Analyzer analyzer(registry, tracer, std::move(options));
-  ClusterWatch watch(*client, nullptr, [&analyzer](const k8s::ResourceType& type) {
-    return exporter::cluster::HandlersFor(type, analyzer);
-  });
+  std::unique_ptr<exporter::cluster::GangTracker> gangs;
+  if (ServesWorkloads(*client)) {
+    gangs = std::make_unique<exporter::cluster::GangTracker>(analyzer, registry);
+  }
+  ClusterWatch watch(
+      *client, nullptr,
+      [&analyzer, &gangs](const k8s::ResourceType& type) {
+        if (type.plural == k8s::kWorkloads.plural && type.group == k8s::kWorkloads.group) {
+          return gangs->WorkloadHandlers();
+        }
+        k8s::InformerHandlers h = exporter::cluster::HandlersFor(type, analyzer);
+        if (gangs != nullptr && type.plural == k8s::kPods.plural) {
+          h = ChainHandlers(std::move(h), gangs->PodHandlers());
+        }
+        return h;
+      },
+      gangs != nullptr);
   watch.Start();
   const absl::Time deadline = absl::Now() + kSyncTimeout;
   absl::Status ready = watch.Ready();
@@ -103,6 +118,10 @@ absl::Status Explain(const FlagValues& flags, std::string* out) {
   analyzer.SetSynced();
   std::optional<exporter::cluster::ClaimExplanation> e = analyzer.Explain(ns, claim);
   watch.Stop();
+  if (gangs != nullptr && e.has_value() && e->state == exporter::cluster::ClaimState::kPending) {
+    gangs->Refresh();
+    e->gang = gangs->GangOfClaim(ns, claim);
+  }
   if (!e.has_value()) {
     return absl::NotFoundError(absl::StrCat("no ResourceClaim ", ns, "/", claim));
   }

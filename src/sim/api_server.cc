@@ -519,6 +519,10 @@ class ApiServer::Impl {
     }
   }
 
+  // Whether `r` is served: no feature gate, or its gate is on.
+  bool Served(const ResourceInfo& r) const {
+    return r.feature_gate.empty() || options_.feature_gates.count(r.feature_gate) > 0;
+  }
   void Handle(const httplib::Request& req, httplib::Response& res);
   bool HandleNonResource(const httplib::Request& req, httplib::Response& res);
   std::optional<ApiError> ParseTarget(const std::string& path, Target* target);
@@ -718,7 +722,8 @@ bool ApiServer::Impl::HandleNonResource(const httplib::Request& req, httplib::Re
     json groups = json::array();
     std::vector<std::string> seen;
     for (const ResourceInfo& r : AllResources()) {
-      if (r.group.empty() || std::find(seen.begin(), seen.end(), r.group) != seen.end()) {
+      if (r.group.empty() || !Served(r) ||
+          std::find(seen.begin(), seen.end(), r.group) != seen.end()) {
         continue;
       }
       seen.push_back(r.group);
@@ -751,7 +756,7 @@ bool ApiServer::Impl::HandleNonResource(const httplib::Request& req, httplib::Re
     }
     json resources = json::array();
     for (const ResourceInfo& r : AllResources()) {
-      if (r.ApiVersion() != group_version) {
+      if (r.ApiVersion() != group_version || !Served(r)) {
         continue;
       }
       json entry = {
@@ -807,8 +812,13 @@ std::optional<ApiError> ApiServer::Impl::ParseTarget(const std::string& path, Ta
   }
   std::vector<std::string> rest(seg.begin() + static_cast<long>(i), seg.end());
   // namespaces/{ns}/{resource}[/{name}[/{sub}]] unless the resource is namespaces itself.
+  auto find = [this](const std::string& g, const std::string& v,
+                     const std::string& plural) -> const ResourceInfo* {
+    const ResourceInfo* info = FindResource(g, v, plural);
+    return info != nullptr && Served(*info) ? info : nullptr;
+  };
   const ResourceInfo* nested =
-      rest.size() >= 3 && rest[0] == "namespaces" ? FindResource(group, version, rest[2]) : nullptr;
+      rest.size() >= 3 && rest[0] == "namespaces" ? find(group, version, rest[2]) : nullptr;
   if (nested != nullptr && nested->namespaced) {
     const ResourceInfo* info = nested;
     if (rest.size() > 5) {
@@ -819,7 +829,7 @@ std::optional<ApiError> ApiServer::Impl::ParseTarget(const std::string& path, Ta
     t->name = rest.size() > 3 ? rest[3] : "";
     t->subresource = rest.size() > 4 ? rest[4] : "";
   } else if (!rest.empty()) {
-    const ResourceInfo* info = FindResource(group, version, rest[0]);
+    const ResourceInfo* info = find(group, version, rest[0]);
     if (info == nullptr || rest.size() > 3) {
       return GenericNotFound();
     }

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -74,6 +75,9 @@ struct ApiServerOptions {
   // ResourceClaim status.devices are dropped without an error, as the real server's
   // dropDisabledFields does, unless the stored claim already has some.
   bool resource_claim_device_status = true;
+  // Alpha APIs served only when their feature gate is named here, as on kube-apiserver:
+  // "Workload" serves scheduling.k8s.io/v1alpha1 Workloads (gangs, Kubernetes 1.35+).
+  std::set<std::string> feature_gates = {};
 };
 
 class ApiServer {

@@ -129,6 +129,18 @@ std::vector<ResourceInfo> BuildResources() {
     r.object_kind = ObjectKind::kEventV1;
     all.push_back(r);
   }
+  {
+    ResourceInfo r;
+    r.group = "scheduling.k8s.io";
+    r.version = "v1alpha1";
+    r.plural = "workloads";
+    r.singular = "workload";
+    r.kind = "Workload";
+    r.namespaced = true;
+    r.tracks_generation = true;
+    r.feature_gate = "Workload";
+    all.push_back(r);
+  }
   return all;
 }
 

@@ -33,6 +33,8 @@ struct ResourceInfo {
   nlohmann::json (*to_storage)(const nlohmann::json&) = nullptr;
   // `kubectl get` gets a Table with the Event columns (src/sim/tables.h).
   bool event_table = false;
+  // Served only with this feature gate on (ApiServerOptions::feature_gates); "" always.
+  std::string feature_gate = {};
 
   std::string ApiVersion() const { return group.empty() ? version : group + "/" + version; }
   std::string ListKind() const { return kind + "List"; }

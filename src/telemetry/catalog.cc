@@ -400,6 +400,29 @@ std::vector<MetricSpec> BuildCatalog() {
        "cluster",
        "Claim lifecycle transitions observed (created, allocated, reserved, in_use, "
        "released, deleted); each is an event on the claim's lifecycle trace."},
+      {"dralens_cluster_pending_gangs",
+       K::kGauge,
+       {"namespace"},
+       "cluster",
+       "Pending gangs (a gang pod group of a scheduling.k8s.io Workload, or one replica of it, "
+       "with fewer than minCount pods scheduled), by namespace. No series where the API server "
+       "serves no Workloads.",
+       S::kAlpha},
+      {"dralens_cluster_pending_gang_age_seconds",
+       K::kGauge,
+       {"namespace", "workload", "pod_group", "replica"},
+       "cluster",
+       "How long each pending gang has been pending, since its first pod was created; one series "
+       "per pending gang.",
+       S::kAlpha},
+      {"dralens_cluster_pending_gang_short_devices",
+       K::kGauge,
+       {"namespace", "workload", "pod_group", "replica"},
+       "cluster",
+       "The devices a pending gang's claims lack when evaluated together: each request takes "
+       "free matching devices no other request of the gang took (for whole-GPU classes, GPUs). "
+       "0 while they would all fit.",
+       S::kAlpha},
       {"dralens_cluster_claim_events_total",
        K::kCounter,
        {"reason", "result"},

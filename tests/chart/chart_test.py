@@ -59,6 +59,8 @@ CLUSTER_RULES = {
     ("", "nodes"): {"list", "watch"},
     # The Events on pending claims (cluster.claimEvents, on by default).
     ("events.k8s.io", "events"): {"create", "patch"},
+    # Gangs, where the API server serves Workloads (Kubernetes 1.35+).
+    ("scheduling.k8s.io", "workloads"): {"list", "watch"},
 }
 NAMESPACED = {"DaemonSet", "Deployment", "ServiceAccount", "Service", "ServiceMonitor",
               "PrometheusRule", "ConfigMap", "Role", "RoleBinding"}

@@ -103,11 +103,12 @@ def calls(paths, types):
         for name in LIST_ALL.findall(text):
             out.setdefault(types[name], set()).add("list")
         if f.name == "cluster_watch.cc":
-            # One informer per listed type: each lists, then watches.
-            block = re.search(r"for \(const k8s::ResourceType\* type : \{([^}]*)\}", text)
-            if block is None:
-                raise AssertionError("cluster_watch.cc: the informer type list was not found")
-            for name in re.findall(r"&k8s::(k\w+)", block.group(1)):
+            # One informer per listed type (and the optional Workloads one): each lists, then
+            # watches.
+            names = re.findall(r"&k8s::(k\w+)", text)
+            if not names:
+                raise AssertionError("cluster_watch.cc: the informer types were not found")
+            for name in names:
                 out.setdefault(types[name], set()).update({"list", "watch"})
     return out
 

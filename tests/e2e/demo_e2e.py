@@ -23,6 +23,8 @@ until, or fails when the deadline passes before:
   - a prepared claim carries our ResourceClaim status.devices entry (read through kubectl);
   - `kubectl get events` shows the cluster role's Events on pending claims, with the funnel of
     each request in the message;
+  - the demo's gang (a Workload whose four workers need twelve GPUs together) is reported
+    pending, with the devices it lacks and its age;
   - `dralens explain` prints the funnel of a pending claim, and `kubectl dralens explain` (the
     kubectl-dralens link beside the binary, found on the PATH) where an allocated claim landed,
     whether a pod uses it and its cost so far.
@@ -451,6 +453,23 @@ def claim_events_problems(kubectl_path, server, home):
     return ""
 
 
+def gang_problems(prom, deadline):
+    """"" once Prometheus has the demo's pending gang, short of devices and ageing."""
+    got = "(no query yet)"
+    while time.monotonic() < deadline:
+        short = prom.query('dralens_cluster_pending_gang_short_devices{workload="train-llm"}')
+        age = prom.query('dralens_cluster_pending_gang_age_seconds{workload="train-llm"}')
+        count = prom.query('sum(dralens_cluster_pending_gangs{namespace="research"})')
+        got = f"short {short}, age {age}, count {count}"
+        if (short and float(short[0]["value"][1]) >= 2 and age
+                and float(age[0]["value"][1]) > 0 and count
+                and float(count[0]["value"][1]) >= 1):
+            log("gang:", got)
+            return ""
+        time.sleep(2)
+    return f"the demo's gang is not reported pending and short: {got}"
+
+
 def explain_problems(dralens, kubectl_path, server, home, deadline):
     """"" once `dralens explain` has explained a pending claim and, through kubectl, an
     allocated one."""
@@ -486,7 +505,18 @@ def explain_problems(dralens, kubectl_path, server, home, deadline):
             # Otherwise the claim moved on between the list and the explanation: try another.
         time.sleep(1)
     missing = [k for k, v in want.items() if not v]
-    return f"no explanation of a {' or '.join(missing)} claim" if missing else ""
+    if missing:
+        return f"no explanation of a {' or '.join(missing)} claim"
+    # A claim of the gang's pods: its explanation names the gang and what it lacks together.
+    run = subprocess.run([dralens, "explain", "-n", "research", "train-llm-worker-0",
+                          f"--server={server}"], capture_output=True, text=True, timeout=90,
+                         env=plugin_env)
+    if not re.search(r"Gang:\s+research/train-llm pod group workers: 0 of 4 pods scheduled, "
+                     r"needs 4; its pending claims, evaluated together, lack \d+ devices",
+                     run.stdout):
+        return f"the gang claim's explanation does not name its gang:\n{run.stdout}{run.stderr}"
+    log(f"explain (gang claim):\n{run.stdout}")
+    return ""
 
 
 def render_rules(out_path):
@@ -608,6 +638,9 @@ def main():
             failures.append(f"GPU utilisation does not join with claims: {join}")
         if headline:
             failures.append(f"the Fleet headline is not the demo's physical truth: {headline}")
+        gang = gang_problems(prom, max(deadline, time.monotonic() + 30))
+        if gang:
+            failures.append(gang)
 
         home = os.path.join(scratch, "home")
         os.makedirs(home)

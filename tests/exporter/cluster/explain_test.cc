@@ -197,13 +197,15 @@ TEST_F(ExplainTest, AllocatedClaimLandingUseAndCost) {
   ASSERT_EQ(e->devices.size(), 2u);
   EXPECT_EQ(e->devices[0].node, "a");
   EXPECT_EQ(e->devices[1].numa_node, 1);
-  EXPECT_EQ(e->spread, TopologySpread::kCrossNuma);
+  ASSERT_TRUE(e->topology.has_value());
+  EXPECT_EQ(e->topology->spread, TopologySpread::kCrossNuma);
+  EXPECT_EQ(e->topology->nvlink, NvlinkReach::kNotConnected);
   EXPECT_EQ(e->running_pods, (std::vector<std::string>{"team/job-0"}));
   EXPECT_DOUBLE_EQ(e->gpus, 2);
   EXPECT_DOUBLE_EQ(e->gpu_seconds, 2 * 1800);
   EXPECT_DOUBLE_EQ(e->cost, 3.6);  // 2 GPUs x 0.5 h x 3.6 per GPU-hour
   const std::string text = ExplanationText(*e);
-  EXPECT_NE(text.find("Topology: cross_numa"), std::string::npos) << text;
+  EXPECT_NE(text.find("Topology: cross_numa, NVLink not_connected"), std::string::npos) << text;
   EXPECT_NE(text.find("pod team/job-0 (Running)"), std::string::npos) << text;
   EXPECT_NE(text.find("Cost:     3.60 so far (1.00 GPU-hours"), std::string::npos) << text;
   const nlohmann::json j = ExplanationJson(*e);
