@@ -266,7 +266,7 @@ std::string ExplanationText(const ClaimExplanation& e) {
                   std::fabs(e.gpus - 1) < 1e-9 ? "" : "s", "\n");
   if (e.allocated_at.has_value()) {
     absl::StrAppend(&out, "Cost:     ", Money(e.cost), " so far (",
-                    absl::StrFormat("%.2f", e.gpu_seconds / 3600),
+                    absl::StrFormat("%.3f", e.gpu_seconds / 3600),
                     " GPU-hours since allocation, at today's prices)\n");
   } else {
     absl::StrAppend(&out,

@@ -207,7 +207,7 @@ TEST_F(ExplainTest, AllocatedClaimLandingUseAndCost) {
   const std::string text = ExplanationText(*e);
   EXPECT_NE(text.find("Topology: cross_numa, NVLink not_connected"), std::string::npos) << text;
   EXPECT_NE(text.find("pod team/job-0 (Running)"), std::string::npos) << text;
-  EXPECT_NE(text.find("Cost:     3.60 so far (1.00 GPU-hours"), std::string::npos) << text;
+  EXPECT_NE(text.find("Cost:     3.60 so far (1.000 GPU-hours"), std::string::npos) << text;
   const nlohmann::json j = ExplanationJson(*e);
   EXPECT_EQ(j["state"], "in_use");
   EXPECT_EQ(j["spread"], "cross_numa");
