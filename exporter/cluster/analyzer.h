@@ -117,6 +117,7 @@ class Analyzer {
   struct PendingClaim {
     std::string ns, name, uid;
     PendingReason reason = PendingReason::kWaitingForPod;
+    absl::Time created = absl::InfinitePast();
   };
   std::vector<PendingClaim> PendingClaims() ABSL_LOCKS_EXCLUDED(mu_);
   // The devices the pending claims `claims` (of namespace `ns`) lack when evaluated together: each

@@ -56,6 +56,17 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
     f.reason = PendingReason::kUnsatisfiable;
     return f;
   }
+  // Whether a device carries a NoSchedule/NoExecute taint the request does not tolerate.
+  auto untolerated = [&leaf](const Device& d) {
+    for (const model::DeviceTaint& taint : d.spec.taints) {
+      if (Blocking(taint) &&
+          std::none_of(leaf->tolerations.begin(), leaf->tolerations.end(),
+                       [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
+        return true;
+      }
+    }
+    return false;
+  };
   std::set<Key> holders;
   // (product, selector) and (product, taint) -> free devices kept out by only that.
   std::map<std::pair<std::string, std::string>, NearGroup> near_selector, near_taint;
@@ -95,15 +106,20 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
       if (!free || !sure) {
         continue;
       }
-      if (m == 0 && !d.tainted) {
-        // The class matches; which of the request's selectors keep it out?
+      if (m == 0 && !untolerated(d)) {
+        // The class matches; is it one of the request's selectors alone that keeps it out (every
+        // other one surely true)?
         std::vector<int> failing;
+        bool others_true = true;
         for (int s : leaf->selectors) {
-          if (Evaluate(d, s) == cel::Verdict::kFalse) {
+          const cel::Verdict v = Evaluate(d, s);
+          if (v == cel::Verdict::kFalse) {
             failing.push_back(s);
+          } else if (v != cel::Verdict::kTrue) {
+            others_true = false;
           }
         }
-        if (failing.size() == 1) {
+        if (failing.size() == 1 && others_true) {
           NearGroup& g = near_selector[{d.product, expressions_[failing.front()]}];
           ++g.devices;
           g.nodes.insert(d.node);
@@ -246,7 +262,7 @@ std::vector<Analyzer::PendingClaim> Analyzer::PendingClaims() {
       continue;
     }
     const Claim& c = *it->second;
-    out.push_back({c.ns, c.name, c.uid, *c.reason});
+    out.push_back({c.ns, c.name, c.uid, *c.reason, c.created});
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "exporter/cluster/claim_events.h"
 
 #include <algorithm>
+#include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -48,16 +49,18 @@ int ClaimEventRecorder::Step() {
   keys.reserve(pending.size());
   // What is due: claims never written or whose reason moved first, then repeats, oldest first.
   struct Due {
-    int order;  // 0: new or changed, 1: repeat
-    absl::Time since;
+    int order;         // 0: new or changed, 1: repeat
+    absl::Time since;  // 0: when it was created; 1: when it was last written
     Analyzer::PendingClaim* claim;
   };
   std::vector<Due> due;
   for (Analyzer::PendingClaim& c : pending) {
     std::string key = absl::StrCat(c.ns, "/", c.name);
     auto w = written_.find(key);
-    if (w == written_.end() || w->second.uid != c.uid || w->second.reason != c.reason) {
-      due.push_back({0, w == written_.end() ? absl::InfinitePast() : w->second.at, &c});
+    if (now - c.created < options_.min_pending) {
+      // Too young to say anything about; not forgotten if it was written before.
+    } else if (w == written_.end() || w->second.uid != c.uid || w->second.reason != c.reason) {
+      due.push_back({0, c.created, &c});
     } else if (now - w->second.at >= options_.repeat) {
       due.push_back({1, w->second.at, &c});
     }
@@ -67,17 +70,23 @@ int ClaimEventRecorder::Step() {
     it = keys.count(it->first) > 0 ? std::next(it) : written_.erase(it);
   }
   std::sort(due.begin(), due.end(), [](const Due& a, const Due& b) {
-    return a.order != b.order ? a.order < b.order : a.since < b.since;
+    if (a.order != b.order) {
+      return a.order < b.order;
+    }
+    if (a.since != b.since) {
+      return a.since < b.since;
+    }
+    return std::tie(a.claim->ns, a.claim->name) < std::tie(b.claim->ns, b.claim->name);
   });
   int writes = 0;
   for (const Due& d : due) {
-    if (!TakeToken(now)) {
-      break;
-    }
     const Analyzer::PendingClaim& c = *d.claim;
     std::optional<ClaimExplanation> e = analyzer_.Explain(c.ns, c.name);
     if (!e.has_value() || e->state != ClaimState::kPending || !e->reason.has_value()) {
       continue;  // gone or allocated since PendingClaims()
+    }
+    if (!TakeToken(now)) {
+      break;
     }
     if (gangs_ != nullptr) {
       e->gang = gangs_->GangOfClaim(c.ns, c.name);

@@ -2,7 +2,8 @@
 // `kubectl describe resourceclaim` show them.
 //
 // Each pass (Step, called by the leader only) reads the analyzer's pending claims and, per
-// claim, writes at most:
+// claim pending for at least `min_pending` (30 s: a claim the scheduler allocates at once gets
+// none), writes at most:
 //  - a new Event when the claim starts pending or its reason changes (reason = the pending
 //    reason in CamelCase, type Warning, or Normal for WaitingForPod; note = each request's
 //    funnel, explain.h);
@@ -10,7 +11,9 @@
 //    (series.count + 1, series.lastObservedTime) when the funnel reads the same, else a new
 //    Event with the new funnel.
 // Writes are rate-limited fleet-wide (a token bucket of `qps` and `burst`); what the bucket
-// does not allow waits for the next pass, oldest first. A failed write is retried next pass.
+// does not allow waits for the next pass: first the claims never written or whose reason moved,
+// longest pending first, then the repeats, longest unwritten first. A failed write is retried
+// next pass.
 // A claim that stops pending is forgotten: if it pends again, it gets a new Event.
 //
 // dralens_cluster_claim_events_total{reason, result} counts the writes (created,
@@ -55,6 +58,7 @@ class ClaimEventSink {
 };
 
 struct ClaimEventOptions {
+  absl::Duration min_pending = absl::Seconds(30);
   absl::Duration repeat = absl::Minutes(10);
   double qps = 5;
   int burst = 25;

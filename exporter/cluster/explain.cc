@@ -34,13 +34,14 @@ std::string LeafText(const RequestFunnel& f) {
     return absl::StrCat("class ", f.device_class, " does not exist");
   }
   std::vector<std::string> parts;
-  std::string devices =
-      absl::StrCat("class ", f.device_class, ": ", Plural(f.class_devices, "device", "devices"));
+  parts.push_back(
+      absl::StrCat("class ", f.device_class, ": ", Plural(f.class_devices, "device", "devices")));
+  std::string matching = absl::StrCat(f.matching, " match the request's selectors");
   if (f.unknown > 0) {
-    absl::StrAppend(&devices, " (and ", f.unknown, " it cannot judge)");
+    // Devices whose class or request selectors use CEL outside the subset.
+    absl::StrAppend(&matching, " (", f.unknown, " more cannot be judged)");
   }
-  parts.push_back(std::move(devices));
-  parts.push_back(absl::StrCat(f.matching, " match the request's selectors"));
+  parts.push_back(std::move(matching));
   parts.push_back(absl::StrCat(f.untainted, " untainted"));
   std::vector<std::string> busy;
   if (f.allocated > 0) {
@@ -267,11 +268,16 @@ std::string ExplanationText(const ClaimExplanation& e) {
   if (e.allocated_at.has_value()) {
     absl::StrAppend(&out, "Cost:     ", Money(e.cost), " so far (",
                     absl::StrFormat("%.3f", e.gpu_seconds / 3600),
-                    " GPU-hours since allocation, at today's prices)\n");
+                    " GPU-hours while allocated, at today's prices)\n");
   } else {
     absl::StrAppend(&out,
-                    "Cost:     unknown: the claim has no allocationTimestamp and was allocated "
-                    "before this view began\n");
+                    "Cost:     unknown for this allocation: the claim has no "
+                    "allocationTimestamp and was allocated before this view began");
+    if (e.gpu_seconds > 0) {
+      absl::StrAppend(&out, "; earlier allocations ", Money(e.cost), " (",
+                      absl::StrFormat("%.3f", e.gpu_seconds / 3600), " GPU-hours)");
+    }
+    absl::StrAppend(&out, "\n");
   }
   return out;
 }

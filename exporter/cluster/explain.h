@@ -42,8 +42,9 @@ struct RequestFunnel {
   bool all = false;           // allocationMode All
   int64_t count = 1;          // devices asked for (ExactCount)
   int64_t class_devices = 0;  // published devices the class surely matches
-  int64_t unknown = 0;        // devices whose verdict the CEL subset cannot decide
-  int64_t matching = 0;       // of the class's devices, those the request's selectors match
+  // Devices whose class or request verdict the CEL subset cannot decide (not in `matching`).
+  int64_t unknown = 0;
+  int64_t matching = 0;  // of the class's devices, those the request's selectors match
   int64_t untainted = 0;
   int64_t free = 0;
   int64_t allocated = 0;  // untainted matches held by claims

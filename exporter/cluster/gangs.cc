@@ -120,6 +120,8 @@ void GangTracker::Refresh() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
   std::map<std::string, GangView> gangs;
+  // Per gang, the claims of each of its unscheduled pods.
+  std::map<std::string, std::vector<const std::vector<std::string>*>> unscheduled;
   for (const auto& [pod, info] : pods_) {
     std::vector<std::string> parts = absl::StrSplit(info.gang, kSep);
     parts.resize(4);
@@ -145,17 +147,32 @@ void GangTracker::Refresh() {
     if (info.scheduled) {
       ++g.scheduled;
     } else {
-      g.claims.insert(g.claims.end(), info.claims.begin(), info.claims.end());
+      unscheduled[info.gang].push_back(&info.claims);
     }
   }
   std::map<std::string, int64_t> per_namespace;
+  for (auto it = gangs.begin(); it != gangs.end();) {
+    it = it->second.pending() ? std::next(it) : gangs.erase(it);
+  }
   for (auto& [key, g] : gangs) {
-    if (!g.pending()) {
-      continue;
+    // kube-scheduler needs minCount - scheduled more pods to fit, not all of them: the pods
+    // that lack least alone are placed together.
+    std::vector<std::pair<int64_t, const std::vector<std::string>*>> pods;
+    for (const std::vector<std::string>* claims : unscheduled[key]) {
+      pods.emplace_back(analyzer_.ShortTogether(g.ns, *claims), claims);
+      g.claims.insert(g.claims.end(), claims->begin(), claims->end());
+    }
+    std::stable_sort(pods.begin(), pods.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::string> together;
+    const int64_t needed =
+        std::min<int64_t>(g.min_count - g.scheduled, static_cast<int64_t>(pods.size()));
+    for (int64_t i = 0; i < needed; ++i) {
+      together.insert(together.end(), pods[i].second->begin(), pods[i].second->end());
     }
     std::sort(g.claims.begin(), g.claims.end());
     g.claims.erase(std::unique(g.claims.begin(), g.claims.end()), g.claims.end());
-    g.short_devices = analyzer_.ShortTogether(g.ns, g.claims);
+    g.short_devices = analyzer_.ShortTogether(g.ns, together);
     ++per_namespace[g.ns];
     Series& s = series_[key];
     if (s.age == nullptr) {
@@ -170,8 +187,7 @@ void GangTracker::Refresh() {
     s.short_devices->Set(static_cast<double>(g.short_devices));
   }
   for (auto it = series_.begin(); it != series_.end();) {
-    auto g = gangs.find(it->first);
-    if (g != gangs.end() && g->second.pending()) {
+    if (gangs.count(it->first) > 0) {
       ++it;
       continue;
     }
@@ -179,15 +195,20 @@ void GangTracker::Refresh() {
     short_.Remove(it->second.short_devices);
     it = series_.erase(it);
   }
-  for (auto& [ns, gauge] : per_namespace_) {
-    auto n = per_namespace.find(ns);
-    gauge->Set(n == per_namespace.end() ? 0 : static_cast<double>(n->second));
+  for (auto it = per_namespace_.begin(); it != per_namespace_.end();) {
+    if (per_namespace.count(it->first) == 0) {
+      pending_gangs_.Remove(it->second);
+      it = per_namespace_.erase(it);
+    } else {
+      ++it;
+    }
   }
   for (const auto& [ns, n] : per_namespace) {
-    if (per_namespace_.count(ns) == 0) {
-      per_namespace_[ns] = &pending_gangs_.Add({{"namespace", ns}});
-      per_namespace_[ns]->Set(static_cast<double>(n));
+    prometheus::Gauge*& gauge = per_namespace_[ns];
+    if (gauge == nullptr) {
+      gauge = &pending_gangs_.Add({{"namespace", ns}});
     }
+    gauge->Set(static_cast<double>(n));
   }
   gangs_ = std::move(gangs);
 }

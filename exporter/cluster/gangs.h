@@ -1,17 +1,21 @@
 // GangTracker: pending gangs, where the API server serves scheduling.k8s.io/v1alpha1 Workloads
-// (Kubernetes 1.35+, feature gate Workload).
+// (Kubernetes 1.35 with the GenericWorkload feature gate and that API version enabled; the
+// later versions of this alpha API are not read).
 //
 // A gang is one pod group of a Workload whose policy is `gang` (minCount), or one replica of it
 // (pods' spec.workloadRef.podGroupReplicaKey). Pods join it through spec.workloadRef. A gang is
-// pending while fewer than minCount of its pods are scheduled (spec.nodeName set); kube-scheduler
-// binds a gang's pods only once minCount of them fit, so its claims wait together.
+// pending while fewer than minCount of its pods are scheduled (spec.nodeName set); with the
+// GangScheduling gate, kube-scheduler binds a gang's pods only once minCount of them fit, so
+// their claims wait together.
 //
-// The claims of a gang's unscheduled pods are evaluated together (Analyzer::ShortTogether): each
-// request takes free devices no other request of the gang took, so a gang whose claims each
-// could be served alone but not all at once is short, which no single claim's reason shows.
+// The claims of a gang's pods are evaluated together (Analyzer::ShortTogether): the gang needs
+// minCount - scheduled more pods; the unscheduled pods whose claims lack least alone are taken,
+// and their claims placed together, each request on free devices no other request of theirs
+// took. So a gang whose claims each could be served alone but not all at once is short, which
+// no single claim's reason shows.
 //
 // Series (none while there is no pending gang, and none at all where the API is absent):
-//   dralens_cluster_pending_gangs{namespace}
+//   dralens_cluster_pending_gangs{namespace}: namespaces with a pending gang only;
 //   dralens_cluster_pending_gang_age_seconds{namespace, workload, pod_group, replica}: since its
 //     first pod was created;
 //   dralens_cluster_pending_gang_short_devices{...}: devices its claims lack together (for
@@ -54,9 +58,10 @@ class GangTracker {
 
   // Recomputes every gang and its series.
   void Refresh() ABSL_LOCKS_EXCLUDED(mu_);
-  // The gangs as of the last Refresh(), in key order.
+  // The pending gangs as of the last Refresh(), in key order.
   std::vector<GangView> Gangs() const ABSL_LOCKS_EXCLUDED(mu_);
-  // The gang a claim of one of its unscheduled pods belongs to, as of the last Refresh().
+  // The pending gang a claim of one of its unscheduled pods belongs to, as of the last
+  // Refresh().
   std::optional<GangView> GangOfClaim(const std::string& ns, const std::string& claim) const
       ABSL_LOCKS_EXCLUDED(mu_);
 

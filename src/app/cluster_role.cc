@@ -35,17 +35,25 @@ void AddClaimDebugEndpoint(exporter::MetricsServer& server, ClusterRole& role) {
                                });
 }
 
-bool ServesWorkloads(k8s::KubeClient& client) {
+bool ServesWorkloads(k8s::KubeClient& client, int attempts, absl::Duration backoff) {
   k8s::ListOptions options;
   options.limit = 1;
-  absl::StatusOr<k8s::ListResult> probe = client.List(k8s::kWorkloads, "", options);
-  if (probe.ok()) {
-    return true;
+  absl::Status last;
+  for (int i = 0; i < attempts; ++i) {
+    if (i > 0) {
+      absl::SleepFor(backoff * (1 << (i - 1)));
+    }
+    absl::StatusOr<k8s::ListResult> probe = client.List(k8s::kWorkloads, "", options);
+    if (probe.ok()) {
+      return true;
+    }
+    if (absl::IsNotFound(probe.status())) {
+      return false;  // the API is absent: no gangs, and nothing to say
+    }
+    last = probe.status();
   }
-  if (!absl::IsNotFound(probe.status())) {
-    DLOG(kWarn, "cluster", "cannot tell whether the API server serves Workloads; gangs are off",
-         {{"error", probe.status().message()}});
-  }
+  DLOG(kWarn, "cluster", "cannot tell whether the API server serves Workloads; gangs are off",
+       {{"error", last.message()}});
   return false;
 }
 

@@ -58,10 +58,12 @@ class ClusterRole;
 // Serves /debug/claims/<namespace>/<name> from `role` on `server` (before it starts).
 void AddClaimDebugEndpoint(exporter::MetricsServer& server, ClusterRole& role);
 
-// Whether the API server serves scheduling.k8s.io/v1alpha1 Workloads (gangs): one LIST of at
-// most one object. Where it does not (404), the cluster role watches no Workloads and exports
-// no gang series.
-bool ServesWorkloads(k8s::KubeClient& client);
+// Whether the API server serves scheduling.k8s.io/v1alpha1 Workloads (gangs): a LIST of at most
+// one object. A 404 says no at once; other errors are retried `attempts` times with a doubling
+// backoff, then logged, and say no. Where it says no, the cluster role watches no Workloads and
+// exports no gang series.
+bool ServesWorkloads(k8s::KubeClient& client, int attempts = 4,
+                     absl::Duration backoff = absl::Seconds(1));
 
 // Handlers that call `first`, then `second` (both complete).
 k8s::InformerHandlers ChainHandlers(k8s::InformerHandlers first, k8s::InformerHandlers second);

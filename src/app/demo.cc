@@ -239,7 +239,7 @@ int RunDemo(const FlagValues& flags) {
       {"start the embedded API server",
        [&]() -> absl::Status {
          sim::ApiServerOptions options;
-         options.feature_gates = {"Workload"};  // gangs (Kubernetes 1.35+)
+         options.feature_gates = {"GenericWorkload"};  // gangs (Kubernetes 1.35)
          std::string host;
          RETURN_IF_ERROR(
              exporter::SplitHostPort(flags.Get("api-server-address"), &host, &options.port));
@@ -381,7 +381,7 @@ int RunDemo(const FlagValues& flags) {
          workload =
              std::make_unique<Workload>(std::move(options), *workload_client, common::RealClock());
          RETURN_IF_ERROR_CTX(workload->Setup(), "set up the workload");
-         // A gang of four two-GPU workers in `research` that does not fit (demo_gang.h).
+         // A gang of four three-GPU workers in `research` that does not fit (demo_gang.h).
          RETURN_IF_ERROR(CreateDemoGang(*workload_client, "research", flags.Get("driver-name")));
          workload->Start();
          return absl::OkStatus();

@@ -49,7 +49,7 @@ inline const ResourceType kNodes{"", "v1", "nodes", "Node", false};
 inline const ResourceType kNamespaces{"", "v1", "namespaces", "Namespace", false};
 inline const ResourceType kLeases{"coordination.k8s.io", "v1", "leases", "Lease", true};
 inline const ResourceType kEvents{"events.k8s.io", "v1", "events", "Event", true};
-// Kubernetes 1.35+, feature gate Workload: gangs (exporter/cluster/gangs.h).
+// Kubernetes 1.35, feature gate GenericWorkload: gangs (exporter/cluster/gangs.h).
 inline const ResourceType kWorkloads{"scheduling.k8s.io", "v1alpha1", "workloads", "Workload",
                                      true};
 

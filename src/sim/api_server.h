@@ -76,7 +76,7 @@ struct ApiServerOptions {
   // dropDisabledFields does, unless the stored claim already has some.
   bool resource_claim_device_status = true;
   // Alpha APIs served only when their feature gate is named here, as on kube-apiserver:
-  // "Workload" serves scheduling.k8s.io/v1alpha1 Workloads (gangs, Kubernetes 1.35+).
+  // "GenericWorkload" serves scheduling.k8s.io/v1alpha1 Workloads (gangs, Kubernetes 1.35).
   std::set<std::string> feature_gates = {};
 };
 

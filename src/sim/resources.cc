@@ -138,7 +138,7 @@ std::vector<ResourceInfo> BuildResources() {
     r.kind = "Workload";
     r.namespaced = true;
     r.tracks_generation = true;
-    r.feature_gate = "Workload";
+    r.feature_gate = "GenericWorkload";
     all.push_back(r);
   }
   return all;

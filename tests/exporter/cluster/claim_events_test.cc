@@ -69,6 +69,7 @@ class ClaimEventsTest : public ::testing::Test {
     o.clock = &clock_;
     o.qps = 1;
     o.burst = 3;
+    o.min_pending = absl::ZeroDuration();  // ClaimsTooYoungWaitAndTheLongestPendingGoFirst
     return o;
   }
   void AddClaim(const std::string& name) {
@@ -160,6 +161,27 @@ TEST_F(ClaimEventsTest, RateLimitedFleetWideOldestFirst) {
   clock_.Advance(absl::Seconds(10));
   EXPECT_EQ(recorder_.Step(), 1);  // the rest
   EXPECT_EQ(sink_.created.size(), 5u);
+}
+
+TEST_F(ClaimEventsTest, ClaimsTooYoungWaitAndTheLongestPendingGoFirst) {
+  ClaimEventOptions options = Options();
+  options.min_pending = absl::Seconds(30);
+  options.burst = 2;
+  ClaimEventRecorder recorder(analyzer_, sink_, registry_, options);
+  AddClaim("zeta");  // oldest, last in name order
+  clock_.Advance(absl::Seconds(10));
+  AddClaim("alpha");
+  clock_.Advance(absl::Seconds(10));
+  AddClaim("mid");
+  clock_.Advance(absl::Seconds(15));  // zeta 35 s, alpha 25 s, mid 15 s
+  EXPECT_EQ(recorder.Step(), 1);
+  ASSERT_EQ(sink_.created.size(), 1u);
+  EXPECT_EQ(sink_.created[0].claim, "zeta");
+  clock_.Advance(absl::Seconds(20));  // all old enough; one token left and one more earned
+  EXPECT_EQ(recorder.Step(), 2);
+  ASSERT_EQ(sink_.created.size(), 3u);
+  EXPECT_EQ(sink_.created[1].claim, "alpha");
+  EXPECT_EQ(sink_.created[2].claim, "mid");
 }
 
 TEST_F(ClaimEventsTest, FailedWritesAreRetriedAndExpiredEventsWrittenAnew) {

@@ -164,12 +164,37 @@ TEST_F(GangTest, PendingGangSeriesFollowItsPods) {
   gangs_.Refresh();
   EXPECT_EQ(gangs_.Gangs().front().claims, (std::vector<std::string>{"w2"}));
   EXPECT_EQ(Series("dralens_cluster_pending_gang_age_seconds", "train"), 15);
-  // All scheduled: no longer pending, its series go, the namespace count reads 0.
+  // All scheduled: no longer pending, its series go, and so does the namespace's count.
   gangs_.UpsertPod(Pod("p2", "train", "w2", true));
   gangs_.Refresh();
   EXPECT_EQ(Series("dralens_cluster_pending_gang_age_seconds", "train"), -1);
   EXPECT_EQ(Series("dralens_cluster_pending_gang_short_devices", "train"), -1);
-  EXPECT_EQ(testing::Value(registry_, "dralens_cluster_pending_gangs", {{"namespace", "team"}}), 0);
+  EXPECT_EQ(testing::Value(registry_, "dralens_cluster_pending_gangs", {{"namespace", "team"}}),
+            -1);
+  EXPECT_TRUE(gangs_.Gangs().empty());
+  EXPECT_FALSE(gangs_.GangOfClaim("team", "w2").has_value());
+}
+
+// The gang needs minCount - scheduled more pods, not all of its pods: those that lack least go.
+TEST_F(GangTest, OnlyThePodsStillNeededAreEvaluated) {
+  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", Gpus(4)));
+  Claim("small0", 1);
+  Claim("small1", 1);
+  Claim("huge", 8);
+  gangs_.UpsertWorkload(Workload("train", "workers", 3));
+  gangs_.UpsertPod(Pod("p0", "train", "small0", false));
+  gangs_.UpsertPod(Pod("p1", "train", "huge", false));
+  gangs_.UpsertPod(Pod("p2", "train", "small1", false));
+  gangs_.UpsertPod(Pod("p3", "train", "done", true));  // one scheduled: two more are needed
+  gangs_.Refresh();
+  ASSERT_EQ(gangs_.Gangs().size(), 1u);
+  EXPECT_EQ(gangs_.Gangs().front().scheduled, 1);
+  // The two one-GPU pods fit; the eight-GPU pod is not needed for minCount.
+  EXPECT_EQ(Series("dralens_cluster_pending_gang_short_devices", "train"), 0);
+  // minCount 4: all three unscheduled pods are needed, the eight-GPU one too.
+  gangs_.UpsertWorkload(Workload("train", "workers", 4));
+  gangs_.Refresh();
+  EXPECT_EQ(Series("dralens_cluster_pending_gang_short_devices", "train"), 6);  // 1+1+8 on 4
 }
 
 TEST_F(GangTest, OnlyGangPolicyGroupsOfKnownWorkloadsAndEachReplicaApart) {
@@ -200,6 +225,8 @@ TEST_F(GangTest, OnlyGangPolicyGroupsOfKnownWorkloadsAndEachReplicaApart) {
   gangs_.Refresh();
   EXPECT_TRUE(gangs_.Gangs().empty());
   EXPECT_EQ(Series("dralens_cluster_pending_gang_short_devices", "train", "a"), -1);
+  EXPECT_EQ(testing::Value(registry_, "dralens_cluster_pending_gangs", {{"namespace", "team"}}),
+            -1);
 }
 
 TEST_F(GangTest, TheExplanationNamesTheGang) {

@@ -21,7 +21,7 @@ bool Probe(std::set<std::string> gates) {
 
 TEST(ServesWorkloadsTest, FollowsWhatTheApiServerServes) {
   EXPECT_FALSE(Probe({}));
-  EXPECT_TRUE(Probe({"Workload"}));
+  EXPECT_TRUE(Probe({"GenericWorkload"}));
 }
 
 TEST(ServesWorkloadsTest, AnUnreachableServerIsNoError) {
@@ -31,7 +31,7 @@ TEST(ServesWorkloadsTest, AnUnreachableServerIsNoError) {
   config.request_timeout = absl::Milliseconds(200);
   auto client = k8s::RestClient::FromConfig(config);
   ASSERT_TRUE(client.ok());
-  EXPECT_FALSE(ServesWorkloads(**client));
+  EXPECT_FALSE(ServesWorkloads(**client, 2, absl::Milliseconds(10)));
 }
 
 }  // namespace

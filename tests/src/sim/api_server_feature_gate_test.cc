@@ -1,5 +1,5 @@
 // Alpha APIs behind feature gates: scheduling.k8s.io/v1alpha1 Workloads are served, and
-// discovered, only with the Workload gate on, as on kube-apiserver.
+// discovered, only with the GenericWorkload gate on, as on kube-apiserver.
 #include <string>
 
 #include "gtest/gtest.h"
@@ -33,7 +33,7 @@ class WorkloadGateOnTest : public ServerTest {
  protected:
   ApiServerOptions Options() override {
     ApiServerOptions o;
-    o.feature_gates = {"Workload"};
+    o.feature_gates = {"GenericWorkload"};
     return o;
   }
 };
