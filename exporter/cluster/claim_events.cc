@@ -59,8 +59,12 @@ int ClaimEventRecorder::Step() {
     auto w = written_.find(key);
     if (now - c.created < options_.min_pending) {
       // Too young to say anything about; not forgotten if it was written before.
-    } else if (w == written_.end() || w->second.uid != c.uid || w->second.reason != c.reason) {
+    } else if (w == written_.end() || w->second.uid != c.uid) {
       due.push_back({0, c.created, &c});
+    } else if (w->second.reason != c.reason) {
+      if (now - w->second.at >= options_.min_interval) {
+        due.push_back({0, c.created, &c});
+      }
     } else if (now - w->second.at >= options_.repeat) {
       due.push_back({1, w->second.at, &c});
     }

@@ -4,7 +4,8 @@
 // Each pass (Step, called by the leader only) reads the analyzer's pending claims and, per
 // claim pending for at least `min_pending` (30 s: a claim the scheduler allocates at once gets
 // none), writes at most:
-//  - a new Event when the claim starts pending or its reason changes (reason = the pending
+//  - a new Event when the claim starts pending or its reason changes, at most one a minute
+//    (`min_interval`) for a claim whose reason flaps (reason = the pending
 //    reason in CamelCase, type Warning, or Normal for WaitingForPod; note = each request's
 //    funnel, explain.h);
 //  - after `repeat` (10 minutes) with the same reason: the same Event again as a series
@@ -59,6 +60,8 @@ class ClaimEventSink {
 
 struct ClaimEventOptions {
   absl::Duration min_pending = absl::Seconds(30);
+  // A claim whose reason flaps (capacity comes and goes) gets at most one Event per this.
+  absl::Duration min_interval = absl::Minutes(1);
   absl::Duration repeat = absl::Minutes(10);
   double qps = 5;
   int burst = 25;

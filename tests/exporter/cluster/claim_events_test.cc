@@ -69,7 +69,8 @@ class ClaimEventsTest : public ::testing::Test {
     o.clock = &clock_;
     o.qps = 1;
     o.burst = 3;
-    o.min_pending = absl::ZeroDuration();  // ClaimsTooYoungWaitAndTheLongestPendingGoFirst
+    o.min_pending = absl::ZeroDuration();   // ClaimsTooYoungWaitAndTheLongestPendingGoFirst
+    o.min_interval = absl::ZeroDuration();  // AFlappingReasonWritesAtMostOnceAMinute
     return o;
   }
   void AddClaim(const std::string& name) {
@@ -182,6 +183,21 @@ TEST_F(ClaimEventsTest, ClaimsTooYoungWaitAndTheLongestPendingGoFirst) {
   ASSERT_EQ(sink_.created.size(), 3u);
   EXPECT_EQ(sink_.created[1].claim, "alpha");
   EXPECT_EQ(sink_.created[2].claim, "mid");
+}
+
+TEST_F(ClaimEventsTest, AFlappingReasonWritesAtMostOnceAMinute) {
+  ClaimEventOptions options = Options();
+  options.min_interval = absl::Minutes(1);
+  ClaimEventRecorder recorder(analyzer_, sink_, registry_, options);
+  AddClaim("train");
+  EXPECT_EQ(recorder.Step(), 1);  // Unsatisfiable: no device
+  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
+  clock_.Advance(absl::Seconds(20));
+  EXPECT_EQ(recorder.Step(), 0);  // WaitingForPod now, but the last Event is 20 s old
+  clock_.Advance(absl::Seconds(40));
+  EXPECT_EQ(recorder.Step(), 1);
+  ASSERT_EQ(sink_.created.size(), 2u);
+  EXPECT_EQ(sink_.created[1].reason, "WaitingForPod");
 }
 
 TEST_F(ClaimEventsTest, FailedWritesAreRetriedAndExpiredEventsWrittenAnew) {
