@@ -111,8 +111,15 @@ class Analyzer {
   std::optional<ClaimState> StateOf(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   // Why the claim pends (each request's funnel) or where it landed, what it holds and what it
   // has cost so far; nullopt for a claim not in the cache. O(devices of the requests' classes).
-  std::optional<ClaimExplanation> Explain(const std::string& ns, const std::string& name)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `funnels`, when given, keeps the funnels computed by request shape across calls: claims of
+  // one shape share one scan (the Events pass explains many claims of few shapes).
+  // `scan_limit`: a request whose class has more devices than this is explained from the counts
+  // kept per request shape (RequestFunnel::counts_only) instead of a scan of its devices, so
+  // that the Events pass costs O(1) per claim at fleet scale.
+  using FunnelCache = std::map<std::string, RequestFunnel>;
+  std::optional<ClaimExplanation> Explain(const std::string& ns, const std::string& name,
+                                          FunnelCache* funnels = nullptr,
+                                          size_t scan_limit = SIZE_MAX) ABSL_LOCKS_EXCLUDED(mu_);
   // The pending claims ("ns/name", uid, reason), for the Events on pending claims. O(pending).
   struct PendingClaim {
     std::string ns, name, uid;
@@ -234,6 +241,9 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One leaf request's funnel over the devices of its class (explain.h).
   RequestFunnel LeafFunnel(const std::shared_ptr<Request>& leaf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LeafFunnel, through `cache` (by the leaf's signature) when given.
+  RequestFunnel CachedLeafFunnel(const std::shared_ptr<Request>& leaf, FunnelCache* cache,
+                                 size_t scan_limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The holders of a device and the share of it each holds (summing to at most 1).
   std::vector<std::pair<const Claim*, double>> HolderShares(const Device& device) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,5 +1,6 @@
 // Analyzer::Explain: a claim's funnel or placement, computed on demand from the cache.
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -67,7 +68,7 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
     }
     return false;
   };
-  std::set<Key> holders;
+  std::unordered_set<const Claim*> holders;
   // (product, selector) and (product, taint) -> free devices kept out by only that.
   std::map<std::pair<std::string, std::string>, NearGroup> near_selector, near_taint;
   for (const auto* index : {&class_devices_, &class_unknown_}) {
@@ -94,7 +95,9 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
           ++f.allocated;
           if (auto a = allocations_.find(d.key); a != allocations_.end()) {
             for (const auto& [claim, consumed] : a->second) {
-              holders.insert(claim);
+              if (auto c = claims_by_key_.find(claim); c != claims_by_key_.end()) {
+                holders.insert(c->second.get());
+              }
             }
           }
         } else if (blocked) {
@@ -156,7 +159,50 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
   return f;
 }
 
-std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const std::string& name) {
+RequestFunnel Analyzer::CachedLeafFunnel(const std::shared_ptr<Request>& leaf, FunnelCache* cache,
+                                         size_t scan_limit) {
+  auto compute = [&]() -> RequestFunnel {
+    size_t devices = 0;
+    for (const auto* index : {&class_devices_, &class_unknown_}) {
+      if (auto keys = index->find(leaf->device_class); keys != index->end()) {
+        devices += keys->second.size();
+      }
+    }
+    auto counts = leaves_.find(leaf->signature);
+    if (devices <= scan_limit || counts == leaves_.end() ||
+        classes_.count(leaf->device_class) == 0) {
+      return LeafFunnel(leaf);
+    }
+    RequestFunnel f;
+    f.request = leaf->name;
+    f.device_class = leaf->device_class;
+    f.all = leaf->all;
+    f.count = leaf->count;
+    f.counts_only = true;
+    auto sure = class_devices_.find(leaf->device_class);
+    f.class_devices = sure == class_devices_.end() ? 0 : static_cast<int64_t>(sure->second.size());
+    const LeafCounts& c = *counts->second;
+    f.unknown = c.unknown;
+    f.matching = c.matching;
+    f.untainted = c.untainted;
+    f.free = c.free;
+    f.reason = ReasonOfLeaf(c);
+    return f;
+  };
+  if (cache == nullptr) {
+    return compute();
+  }
+  auto it = cache->find(leaf->signature);
+  if (it == cache->end()) {
+    it = cache->emplace(leaf->signature, compute()).first;
+  }
+  RequestFunnel f = it->second;
+  f.request = leaf->name;  // the shape is shared; the request's name is the claim's own
+  return f;
+}
+
+std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const std::string& name,
+                                                  FunnelCache* funnels, size_t scan_limit) {
   absl::MutexLock lock(&mu_);
   auto it = claims_by_key_.find(absl::StrCat(ns, "/", name));
   if (it == claims_by_key_.end()) {
@@ -175,13 +221,13 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
     for (const std::shared_ptr<Request>& r : c.requests) {
       RequestFunnel f;
       if (r->alternatives.empty()) {
-        f = LeafFunnel(r);
+        f = CachedLeafFunnel(r, funnels, scan_limit);
       } else {
         f.request = r->name;
         f.device_class = r->device_class;
         f.reason = PendingReason::kUnsatisfiable;
         for (const std::shared_ptr<Request>& alt : r->alternatives) {
-          f.options.push_back(LeafFunnel(alt));
+          f.options.push_back(CachedLeafFunnel(alt, funnels, scan_limit));
           f.reason = std::max(f.reason, f.options.back().reason);  // the best option
         }
       }

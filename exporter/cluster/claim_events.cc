@@ -83,9 +83,12 @@ int ClaimEventRecorder::Step() {
     return std::tie(a.claim->ns, a.claim->name) < std::tie(b.claim->ns, b.claim->name);
   });
   int writes = 0;
+  // One scan per request shape per pass: at fleet scale most pending claims share a few shapes.
+  Analyzer::FunnelCache funnels;
   for (const Due& d : due) {
     const Analyzer::PendingClaim& c = *d.claim;
-    std::optional<ClaimExplanation> e = analyzer_.Explain(c.ns, c.name);
+    std::optional<ClaimExplanation> e =
+        analyzer_.Explain(c.ns, c.name, &funnels, options_.scan_limit);
     if (!e.has_value() || e->state != ClaimState::kPending || !e->reason.has_value()) {
       continue;  // gone or allocated since PendingClaims()
     }

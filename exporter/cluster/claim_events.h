@@ -65,6 +65,9 @@ struct ClaimEventOptions {
   absl::Duration repeat = absl::Minutes(10);
   double qps = 5;
   int burst = 25;
+  // Classes with more devices than this are explained from the counts kept per request shape
+  // (no breakdown of who holds the busy devices, no nearest miss): a scan costs O(devices).
+  size_t scan_limit = 2000;
   // Clock for the repeat interval and the bucket; null: the real clock.
   common::Clock* clock = nullptr;
 };

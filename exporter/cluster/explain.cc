@@ -57,6 +57,8 @@ std::string LeafText(const RequestFunnel& f) {
   std::string free = absl::StrCat(f.free, " free");
   if (!busy.empty()) {
     absl::StrAppend(&free, " (", absl::StrJoin(busy, ", "), ")");
+  } else if (f.counts_only && f.free < f.untainted) {
+    absl::StrAppend(&free, " (dralens explain says who holds the rest)");
   }
   parts.push_back(std::move(free));
   parts.push_back(f.all ? std::string("needs all that match") : absl::StrCat("needs ", f.count));
@@ -123,7 +125,8 @@ nlohmann::json FunnelJson(const RequestFunnel& f) {
                  {"allocated", f.allocated},
                  {"allocatedToClaims", f.holders},
                  {"countersUsedUp", f.blocked},
-                 {"onNodesDown", f.node_down}};
+                 {"onNodesDown", f.node_down},
+                 {"countsOnly", f.counts_only}};
   if (f.nearest.has_value()) {
     const NearMiss& n = *f.nearest;
     j["nearest"] = {{"devices", n.devices},

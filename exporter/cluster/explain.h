@@ -52,6 +52,9 @@ struct RequestFunnel {
   int64_t blocked = 0;    // untainted matches whose GPU's shared counters others use up
   int64_t node_down = 0;  // untainted matches on a NotReady or gone node
   PendingReason reason = PendingReason::kWaitingForPod;
+  // From the counts kept per request shape, without a scan of the class's devices (the Events
+  // of a large fleet): no breakdown of the busy devices and no nearest miss.
+  bool counts_only = false;
   std::optional<NearMiss> nearest;
   // A firstAvailable request: one funnel per option, in order (the fields above are unused).
   std::vector<RequestFunnel> options = {};

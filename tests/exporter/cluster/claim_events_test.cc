@@ -200,6 +200,31 @@ TEST_F(ClaimEventsTest, AFlappingReasonWritesAtMostOnceAMinute) {
   EXPECT_EQ(sink_.created[1].reason, "WaitingForPod");
 }
 
+// A large class is explained from the counts kept per request shape: the same numbers, without
+// the breakdown that needs a scan of its devices.
+TEST_F(ClaimEventsTest, LargeClassesAreExplainedFromTheCounts) {
+  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
+  nlohmann::json holder = testing::Claim("team", "holder", "gpu");
+  holder["status"]["allocation"]["devices"]["results"] = {
+      {{"request", "req"}, {"driver", testing::kDriver}, {"pool", "a"}, {"device", "gpu-0"}}};
+  HandlersFor(k8s::kResourceClaims, analyzer_).on_add(holder);
+  AddClaim("train");
+  ClaimEventOptions options = Options();
+  options.scan_limit = 0;
+  ClaimEventRecorder recorder(analyzer_, sink_, registry_, options);
+  EXPECT_EQ(recorder.Step(), 1);
+  ASSERT_EQ(sink_.created.size(), 1u);
+  EXPECT_EQ(sink_.created[0].reason, "NoCapacity");
+  EXPECT_EQ(sink_.created[0].note,
+            "request req: class gpu: 1 device; 1 match the request's selectors; 1 untainted; 0 "
+            "free (dralens explain says who holds the rest); needs 1");
+  // With the scan: the same counts, and who holds the device.
+  std::optional<ClaimExplanation> full = analyzer_.Explain("team", "train");
+  ASSERT_TRUE(full.has_value());
+  EXPECT_NE(PendingNote(*full).find("0 free (1 allocated to 1 claim)"), std::string::npos)
+      << PendingNote(*full);
+}
+
 TEST_F(ClaimEventsTest, FailedWritesAreRetriedAndExpiredEventsWrittenAnew) {
   AddClaim("train");
   sink_.create_error = absl::UnavailableError("apiserver down");
