@@ -98,13 +98,15 @@ int ClaimEventRecorder::Step() {
     if (gangs_ != nullptr) {
       e->gang = gangs_->GangOfClaim(c.ns, c.name);
     }
-    const std::string reason = EventReason(*e->reason);
+    // The reason the analyzer's series give (what PendingClaims() compares against next pass),
+    // not one re-derived by the scan, so that the two can never make the pass write again.
+    const std::string reason = EventReason(c.reason);
     const std::string note = PendingNote(*e);
     const std::string key = absl::StrCat(c.ns, "/", c.name);
     ++writes;
     auto w = written_.find(key);
     if (d.order == 1 && w != written_.end() && w->second.note == note &&
-        w->second.reason == *e->reason) {
+        w->second.reason == c.reason) {
       absl::Status s = sink_.UpdateSeries(c.ns, w->second.event, w->second.count + 1, now);
       if (s.ok()) {
         ++w->second.count;
@@ -124,7 +126,7 @@ int ClaimEventRecorder::Step() {
                      c.name,
                      c.uid,
                      reason,
-                     *e->reason == PendingReason::kWaitingForPod ? "Normal" : "Warning",
+                     c.reason == PendingReason::kWaitingForPod ? "Normal" : "Warning",
                      note,
                      now};
     absl::StatusOr<std::string> name = sink_.Create(event);
@@ -134,7 +136,7 @@ int ClaimEventRecorder::Step() {
       Count(reason, "failed");
       continue;
     }
-    written_[key] = Written{c.uid, *e->reason, *name, note, 1, now};
+    written_[key] = Written{c.uid, c.reason, *name, note, 1, now};
     Count(reason, "created");
   }
   return writes;
