@@ -46,17 +46,6 @@ class FakeSink : public ClaimEventSink {
   absl::Status create_error = absl::OkStatus();
 };
 
-std::vector<testing::DeviceSpec> OneGpu(const std::string& name) {
-  return {{.name = name,
-           .type = "gpu",
-           .product = "H100",
-           .uuid = "GPU-" + name,
-           .profile = "",
-           .counter_set = "",
-           .counters = 0,
-           .tainted = false}};
-}
-
 class ClaimEventsTest : public ::testing::Test {
  protected:
   ClaimEventsTest()
@@ -120,7 +109,8 @@ TEST_F(ClaimEventsTest, OneEventPerReasonThenASeriesEveryTenMinutes) {
   EXPECT_EQ(sink_.counts["train.1"], 3);
 
   // The reason changes (a device appears, but is taken): a new Event at once.
-  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
+  HandlersFor(k8s::kResourceSlices, analyzer_)
+      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
   EXPECT_EQ(analyzer_.PendingReasonOf("team/train"), PendingReason::kWaitingForPod);
   EXPECT_EQ(recorder_.Step(), 1);
   ASSERT_EQ(sink_.created.size(), 2u);
@@ -129,19 +119,17 @@ TEST_F(ClaimEventsTest, OneEventPerReasonThenASeriesEveryTenMinutes) {
 }
 
 TEST_F(ClaimEventsTest, ANewFunnelAfterTenMinutesIsANewEvent) {
-  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
-  nlohmann::json holder = testing::Claim("team", "holder", "gpu");
-  holder["status"]["allocation"]["devices"]["results"] = {
-      {{"request", "req"}, {"driver", testing::kDriver}, {"pool", "a"}, {"device", "gpu-0"}}};
+  HandlersFor(k8s::kResourceSlices, analyzer_)
+      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
+  nlohmann::json holder = testing::Holding("holder", {"gpu-0"}, "a");
   HandlersFor(k8s::kResourceClaims, analyzer_).on_add(holder);
   AddClaim("train");
   EXPECT_EQ(recorder_.Step(), 1);
   EXPECT_EQ(sink_.created[0].reason, "NoCapacity");
   // Still no capacity, but the fleet grew: the note changes, so a new Event says so.
-  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("b", OneGpu("gpu-0")));
-  nlohmann::json holder2 = testing::Claim("team", "holder2", "gpu");
-  holder2["status"]["allocation"]["devices"]["results"] = {
-      {{"request", "req"}, {"driver", testing::kDriver}, {"pool", "b"}, {"device", "gpu-0"}}};
+  HandlersFor(k8s::kResourceSlices, analyzer_)
+      .on_add(testing::Slice("b", testing::WholeGpus("b", 1)));
+  nlohmann::json holder2 = testing::Holding("holder2", {"gpu-0"}, "b");
   HandlersFor(k8s::kResourceClaims, analyzer_).on_add(holder2);
   EXPECT_EQ(recorder_.Step(), 0);  // same reason, within 10 minutes
   clock_.Advance(absl::Minutes(10));
@@ -191,7 +179,8 @@ TEST_F(ClaimEventsTest, AFlappingReasonWritesAtMostOnceAMinute) {
   ClaimEventRecorder recorder(analyzer_, sink_, registry_, options);
   AddClaim("train");
   EXPECT_EQ(recorder.Step(), 1);  // Unsatisfiable: no device
-  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
+  HandlersFor(k8s::kResourceSlices, analyzer_)
+      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
   clock_.Advance(absl::Seconds(20));
   EXPECT_EQ(recorder.Step(), 0);  // WaitingForPod now, but the last Event is 20 s old
   clock_.Advance(absl::Seconds(40));
@@ -203,10 +192,9 @@ TEST_F(ClaimEventsTest, AFlappingReasonWritesAtMostOnceAMinute) {
 // A large class is explained from the counts kept per request shape: the same numbers, without
 // the breakdown that needs a scan of its devices.
 TEST_F(ClaimEventsTest, LargeClassesAreExplainedFromTheCounts) {
-  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
-  nlohmann::json holder = testing::Claim("team", "holder", "gpu");
-  holder["status"]["allocation"]["devices"]["results"] = {
-      {{"request", "req"}, {"driver", testing::kDriver}, {"pool", "a"}, {"device", "gpu-0"}}};
+  HandlersFor(k8s::kResourceSlices, analyzer_)
+      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
+  nlohmann::json holder = testing::Holding("holder", {"gpu-0"}, "a");
   HandlersFor(k8s::kResourceClaims, analyzer_).on_add(holder);
   AddClaim("train");
   ClaimEventOptions options = Options();
@@ -244,11 +232,9 @@ TEST_F(ClaimEventsTest, FailedWritesAreRetriedAndExpiredEventsWrittenAnew) {
 TEST_F(ClaimEventsTest, PlacedClaimsAreForgottenAndResetForgetsAll) {
   AddClaim("train");
   EXPECT_EQ(recorder_.Step(), 1);
-  HandlersFor(k8s::kResourceSlices, analyzer_).on_add(testing::Slice("a", OneGpu("gpu-0")));
-  nlohmann::json placed = testing::Claim("team", "train", "gpu");
-  placed["metadata"]["uid"] = "uid-train";
-  placed["status"]["allocation"]["devices"]["results"] = {
-      {{"request", "req"}, {"driver", testing::kDriver}, {"pool", "a"}, {"device", "gpu-0"}}};
+  HandlersFor(k8s::kResourceSlices, analyzer_)
+      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
+  nlohmann::json placed = testing::Holding("train", {"gpu-0"});
   HandlersFor(k8s::kResourceClaims, analyzer_).on_update(placed, placed);
   EXPECT_EQ(recorder_.Step(), 0);
   // Deallocated: pending again, a new Event even with the first reason.

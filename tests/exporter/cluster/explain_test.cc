@@ -21,30 +21,10 @@ namespace {
 
 constexpr char kH200[] = "device.attributes[\"gpu.dralens.dev\"].productName == \"H200\"";
 
-std::vector<testing::DeviceSpec> Gpus(const std::string& node, int n, bool tainted_last = false) {
-  std::vector<testing::DeviceSpec> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back({.name = "gpu-" + std::to_string(i),
-                   .type = "gpu",
-                   .product = "H100",
-                   .uuid = node + "-GPU-" + std::to_string(i),
-                   .profile = "",
-                   .counter_set = "",
-                   .counters = 0,
-                   .tainted = tainted_last && i == n - 1});
-  }
-  return out;
-}
+using testing::Holding;
 
-nlohmann::json Holding(const std::string& name, const std::vector<std::string>& devices,
-                       const std::string& node = "a") {
-  nlohmann::json claim = testing::Claim("team", name, "gpu", "", static_cast<int>(devices.size()));
-  claim["metadata"]["uid"] = "uid-" + name;
-  for (const std::string& d : devices) {
-    claim["status"]["allocation"]["devices"]["results"].push_back(
-        {{"request", "req"}, {"driver", testing::kDriver}, {"pool", node}, {"device", d}});
-  }
-  return claim;
+std::vector<testing::DeviceSpec> Gpus(const std::string& node, int n, bool tainted_last = false) {
+  return testing::WholeGpus(node, n, tainted_last);
 }
 
 class ExplainTest : public ::testing::Test {

@@ -17,21 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<testing::DeviceSpec> Gpus(int n) {
-  std::vector<testing::DeviceSpec> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back({.name = "gpu-" + std::to_string(i),
-                   .type = "gpu",
-                   .product = "H100",
-                   .uuid = "GPU-" + std::to_string(i),
-                   .profile = "",
-                   .counter_set = "",
-                   .counters = 0,
-                   .tainted = false});
-  }
-  return out;
-}
-
 json Workload(const std::string& name, const std::string& group, int min_count) {
   json policy = min_count > 0 ? json{{"gang", {{"minCount", min_count}}}} : json{{"basic", {}}};
   return {{"apiVersion", "scheduling.k8s.io/v1alpha1"},
@@ -89,7 +74,7 @@ class GangTest : public ::testing::Test {
 };
 
 TEST_F(GangTest, ClaimsThatFitAloneAreShortTogether) {
-  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", Gpus(4)));
+  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", testing::WholeGpus("a", 4)));
   for (const char* c : {"w0", "w1", "w2"}) {
     Claim(c, 2);
     // Alone, each would be served: capacity is there.
@@ -129,7 +114,7 @@ TEST_F(GangTest, PlacementsOfOneGpuShareItsCounters) {
 }
 
 TEST_F(GangTest, PendingGangSeriesFollowItsPods) {
-  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", Gpus(4)));
+  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", testing::WholeGpus("a", 4)));
   for (int i = 0; i < 3; ++i) {
     Claim("w" + std::to_string(i), 2);
   }
@@ -152,7 +137,7 @@ TEST_F(GangTest, PendingGangSeriesFollowItsPods) {
   EXPECT_FALSE(gangs_.GangOfClaim("team", "w9").has_value());
 
   // More GPUs: it would fit now, but is still pending until its pods are scheduled.
-  Handlers(k8s::kResourceSlices).on_add(testing::Slice("b", Gpus(2)));
+  Handlers(k8s::kResourceSlices).on_add(testing::Slice("b", testing::WholeGpus("b", 2)));
   clock_.Advance(absl::Seconds(5));
   gangs_.Refresh();
   EXPECT_EQ(Series("dralens_cluster_pending_gang_short_devices", "train"), 0);
@@ -177,7 +162,7 @@ TEST_F(GangTest, PendingGangSeriesFollowItsPods) {
 
 // The gang needs minCount - scheduled more pods, not all of its pods: those that lack least go.
 TEST_F(GangTest, OnlyThePodsStillNeededAreEvaluated) {
-  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", Gpus(4)));
+  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", testing::WholeGpus("a", 4)));
   Claim("small0", 1);
   Claim("small1", 1);
   Claim("huge", 8);
@@ -230,7 +215,7 @@ TEST_F(GangTest, OnlyGangPolicyGroupsOfKnownWorkloadsAndEachReplicaApart) {
 }
 
 TEST_F(GangTest, TheExplanationNamesTheGang) {
-  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", Gpus(1)));
+  Handlers(k8s::kResourceSlices).on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
   Claim("w0", 1);
   Claim("w1", 1);
   gangs_.UpsertWorkload(Workload("train", "workers", 2));

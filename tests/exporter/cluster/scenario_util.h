@@ -64,6 +64,23 @@ inline nlohmann::json Slice(const std::string& node, const std::vector<DeviceSpe
   return slice;
 }
 
+// `n` whole H100s named gpu-0.., with UUIDs unique to `node`; the last one tainted if asked.
+inline std::vector<DeviceSpec> WholeGpus(const std::string& node, int n,
+                                         bool tainted_last = false) {
+  std::vector<DeviceSpec> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back({.name = "gpu-" + std::to_string(i),
+                   .type = "gpu",
+                   .product = "H100",
+                   .uuid = node + "-GPU-" + std::to_string(i),
+                   .profile = "",
+                   .counter_set = "",
+                   .counters = 0,
+                   .tainted = tainted_last && i == n - 1});
+  }
+  return out;
+}
+
 inline nlohmann::json Class(const std::string& name, const std::string& cel) {
   return {{"apiVersion", "resource.k8s.io/v1"},
           {"kind", "DeviceClass"},
@@ -84,6 +101,19 @@ inline nlohmann::json Claim(const std::string& ns, const std::string& name,
           {"spec",
            {{"devices",
              {{"requests", nlohmann::json::array({{{"name", "req"}, {"exactly", exactly}}})}}}}}};
+}
+
+// Claim `name` of namespace "team" (class "gpu", uid "uid-<name>") allocated `devices` of pool
+// `node`, one request "req" for all of them.
+inline nlohmann::json Holding(const std::string& name, const std::vector<std::string>& devices,
+                              const std::string& node = "a") {
+  nlohmann::json claim = Claim("team", name, "gpu", "", static_cast<int>(devices.size()));
+  claim["metadata"]["uid"] = "uid-" + name;
+  for (const std::string& d : devices) {
+    claim["status"]["allocation"]["devices"]["results"].push_back(
+        {{"request", "req"}, {"driver", kDriver}, {"pool", node}, {"device", d}});
+  }
+  return claim;
 }
 
 inline nlohmann::json Node(const std::string& name, bool ready) {
