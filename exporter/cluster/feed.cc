@@ -1,6 +1,8 @@
 #include "exporter/cluster/feed.h"
 
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "src/common/log.h"
 #include "src/model/codec.h"
@@ -44,6 +46,47 @@ NodeInfo NodeInfoOf(const nlohmann::json& node) {
     }
   }
   return info;
+}
+
+std::shared_ptr<const k8s::Projection> ProjectionFor(const k8s::ResourceType& type) {
+  // ObjectMeta as the codecs decode it (src/model/meta.h), without managedFields: on a real
+  // cluster often the larger half of an object.
+  auto with_meta = [](std::initializer_list<absl::string_view> more) {
+    std::vector<absl::string_view> paths = {"apiVersion",
+                                            "kind",
+                                            "metadata.name",
+                                            "metadata.generateName",
+                                            "metadata.namespace",
+                                            "metadata.uid",
+                                            "metadata.resourceVersion",
+                                            "metadata.generation",
+                                            "metadata.creationTimestamp",
+                                            "metadata.deletionTimestamp",
+                                            "metadata.deletionGracePeriodSeconds",
+                                            "metadata.labels",
+                                            "metadata.annotations",
+                                            "metadata.ownerReferences",
+                                            "metadata.finalizers"};
+    paths.insert(paths.end(), more.begin(), more.end());
+    return std::make_shared<const k8s::Projection>(k8s::Projection::Paths(paths));
+  };
+  if (type.plural == k8s::kPods.plural) {
+    // The analyzer reads the phase; the gang tracker the node, claims and workloadRef. The
+    // codec's Pod has containers, which the cluster role never reads.
+    static const auto pods = with_meta({"spec.nodeName", "spec.resourceClaims", "spec.workloadRef",
+                                        "status.phase", "status.resourceClaimStatuses"});
+    return pods;
+  }
+  if (type.plural == k8s::kNodes.plural) {
+    static const auto nodes = with_meta({"status.conditions"});
+    return nodes;
+  }
+  if (type.plural == k8s::kResourceClaims.plural || type.plural == k8s::kResourceSlices.plural ||
+      type.plural == k8s::kDeviceClasses.plural) {
+    static const auto resources = with_meta({"spec", "status"});
+    return resources;
+  }
+  return nullptr;
 }
 
 k8s::InformerHandlers HandlersFor(const k8s::ResourceType& type, Analyzer& analyzer) {

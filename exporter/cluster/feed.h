@@ -3,6 +3,8 @@
 // it; the analyzer keeps what it had).
 #pragma once
 
+#include <memory>
+
 #include "exporter/cluster/analyzer.h"
 #include "nlohmann/json.hpp"
 #include "src/k8s/client.h"
@@ -13,6 +15,13 @@ namespace dralens::exporter::cluster {
 // Handlers for an informer of `type` (claims, slices, classes, pods or nodes) that forward to
 // `analyzer`, which must outlive the informer.
 k8s::InformerHandlers HandlersFor(const k8s::ResourceType& type, Analyzer& analyzer);
+
+// What the cluster role reads of each object of `type` (the analyzer through the model codecs,
+// the gang tracker, the informer itself): its informers parse only that (src/k8s/projection.h).
+// Pods keep their identity, node, claims, workload and phase, not their containers, volumes or
+// conditions; Nodes their Ready condition; every object its metadata without managedFields.
+// Null for a type read whole.
+std::shared_ptr<const k8s::Projection> ProjectionFor(const k8s::ResourceType& type);
 
 // A Node's readiness: false when its Ready condition is False or Unknown; true when Ready is
 // True or when the Node reports no Ready condition at all.

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "exporter/cluster/feed.h"
 
 namespace dralens::app {
 
@@ -17,6 +18,7 @@ ClusterWatch::ClusterWatch(k8s::KubeClient& client, const k8s::KubeRequestMetric
     options.metrics = metrics;
     // The analyzer keeps what it needs of each object; the informers keep hashes only.
     options.keep_objects = false;
+    options.projection = exporter::cluster::ProjectionFor(*type);
     informers_.push_back(std::make_unique<k8s::Informer>(client, *type, options));
     if (handlers) {
       informers_.back()->SetHandlers(handlers(*type));

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "src/k8s/projection.h"
 
 namespace dralens::k8s {
 
@@ -59,6 +60,9 @@ struct ListOptions {
   int64_t limit = 0;  // 0: no paging
   std::string continue_token;
   std::string resource_version;  // "" : most recent (consistent read)
+  // Null: items whole. Else each item keeps at least what the projection names (projection.h);
+  // a client may hand back more.
+  std::shared_ptr<const Projection> projection;
 };
 
 struct ListResult {
@@ -77,6 +81,8 @@ struct WatchOptions {
   absl::Duration read_timeout = absl::ZeroDuration();
   // Called once the server accepted the watch (HTTP 200), before any event; may be empty.
   std::function<void()> on_established;
+  // As ListOptions::projection, for each event's object (ERROR events keep their whole Status).
+  std::shared_ptr<const Projection> projection;
 };
 
 enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark };

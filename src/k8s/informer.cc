@@ -256,6 +256,7 @@ ListOptions Informer::PagedListOptions() const {
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
   list_options.limit = options_.page_size;
+  list_options.projection = options_.projection;
   return list_options;
 }
 
@@ -417,6 +418,7 @@ Informer::Next Informer::WatchOnce(absl::Duration* delay) {
   watch_options.resource_version = LastResourceVersion();
   watch_options.allow_bookmarks = true;
   watch_options.on_established = [this] { MarkInStep(); };
+  watch_options.projection = options_.projection;
   if (options_.watch_timeout_seconds > 0) {
     absl::BitGen gen;
     watch_options.timeout_seconds =

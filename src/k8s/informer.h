@@ -63,6 +63,10 @@ struct InformerOptions {
   // as it arrives, so that no more than a page of objects is ever held; objects that vanished
   // are deleted after the last page, with a stub that holds only metadata.name and namespace.
   bool keep_objects = true;
+  // Null: objects whole. Else lists and watches parse only what the projection names (plus
+  // whatever a client hands back beyond it), and handlers and the cache see those objects. It
+  // must keep metadata.name, namespace, uid and resourceVersion, which the informer reads.
+  std::shared_ptr<const Projection> projection;
 };
 
 struct InformerHandlers {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/random/random.h"
@@ -446,7 +447,8 @@ absl::Duration RestClient::Backoff(int retry) {
   return d / 2 + absl::Uniform(gen, 0.0, 1.0) * (d / 2);
 }
 
-absl::StatusOr<nlohmann::json> RestClient::Do(const Request& request) {
+absl::StatusOr<nlohmann::json> RestClient::Do(const Request& request,
+                                              const Projection* projection) {
   const RetryPolicy& policy = options_.retry;
   const bool safe = IsSafeMethod(request.method);
   int backoff_attempts = 0;
@@ -463,7 +465,14 @@ absl::StatusOr<nlohmann::json> RestClient::Do(const Request& request) {
     if (!attempt.transport_ok) {
       status = attempt.transport_error;
     } else if (attempt.status >= 200 && attempt.status < 300) {
-      nlohmann::json body = nlohmann::json::parse(attempt.body, nullptr, false);
+      nlohmann::json body;
+      if (projection != nullptr) {
+        absl::StatusOr<nlohmann::json> projected = ParseProjected(attempt.body, *projection);
+        body = projected.ok() ? *std::move(projected)
+                              : nlohmann::json(nlohmann::json::value_t::discarded);
+      } else {
+        body = nlohmann::json::parse(attempt.body, nullptr, false);
+      }
       if (!body.is_discarded() && body.is_object()) {
         return body;
       }
@@ -561,8 +570,15 @@ absl::StatusOr<ListResult> RestClient::List(const ResourceType& type, absl::stri
   }
   query.Add("continue", options.continue_token);
   query.Add("resourceVersion", options.resource_version);
+  // A list keeps its metadata whole and projects each item.
+  std::optional<Projection> list_projection;
+  if (options.projection != nullptr) {
+    list_projection =
+        Projection::Fields({{"metadata", Projection()}, {"items", *options.projection}});
+  }
   ASSIGN_OR_RETURN(nlohmann::json list,
-                   Do({"GET", "list", type.plural, path + query.text(), "", ""}));
+                   Do({"GET", "list", type.plural, path + query.text(), "", ""},
+                      list_projection.has_value() ? &*list_projection : nullptr));
   ListResult result;
   const auto items = list.find("items");
   if (items != list.end() && !items->is_null()) {
@@ -602,6 +618,11 @@ absl::Status RestClient::Watch(const ResourceType& type, absl::string_view ns,
     query.Add("timeoutSeconds", absl::StrCat(options.timeout_seconds));
   }
   const std::string context = absl::StrCat("WATCH ", path);
+  std::optional<Projection> event_projection;
+  if (options.projection != nullptr) {
+    event_projection =
+        Projection::Fields({{"type", Projection()}, {"object", *options.projection}});
+  }
   absl::Duration read_timeout = options.read_timeout;
   if (read_timeout <= absl::ZeroDuration()) {
     read_timeout = options.timeout_seconds > 0
@@ -657,7 +678,18 @@ absl::Status RestClient::Watch(const ResourceType& type, absl::string_view ns,
       if (line.empty()) {
         continue;
       }
-      nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+      nlohmann::json event;
+      if (event_projection.has_value()) {
+        absl::StatusOr<nlohmann::json> projected = ParseProjected(line, *event_projection);
+        event = projected.ok() ? *std::move(projected)
+                               : nlohmann::json(nlohmann::json::value_t::discarded);
+        // An ERROR event carries a Status, which the projection of the watched type would cut.
+        if (!event.is_discarded() && event.value("type", nlohmann::json()) == "ERROR") {
+          event = nlohmann::json::parse(line, nullptr, false);
+        }
+      } else {
+        event = nlohmann::json::parse(line, nullptr, false);
+      }
       if (event.is_discarded() || !event.is_object() || !event.contains("type") ||
           !event["type"].is_string() || !event.contains("object") || !event["object"].is_object()) {
         stream_status = absl::DataLossError(

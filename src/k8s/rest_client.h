@@ -104,7 +104,8 @@ class RestClient : public KubeClient {
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> Headers();
   Attempt RoundTrip(const Request& request);
   // Runs `request` with the retry policy; returns the parsed JSON body of a 2xx answer.
-  absl::StatusOr<nlohmann::json> Do(const Request& request);
+  // Sends the request (with retries) and parses the answer, through `projection` when given.
+  absl::StatusOr<nlohmann::json> Do(const Request& request, const Projection* projection = nullptr);
 
   absl::StatusOr<std::string> Path(const ResourceType& type, absl::string_view ns,
                                    absl::string_view name, absl::string_view subresource) const;

@@ -1,0 +1,192 @@
+#include "src/k8s/projection.h"
+
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "simdjson.h"
+
+namespace dralens::k8s {
+namespace {
+
+namespace od = simdjson::ondemand;
+using nlohmann::json;
+
+absl::Status Malformed(simdjson::error_code error) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("malformed JSON: ", simdjson::error_message(error)));
+}
+
+// A value kept whole: its text, parsed as a full parse would.
+absl::Status ParseWhole(std::string_view text, json* out) {
+  *out = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded()) {
+    return absl::InvalidArgumentError("malformed JSON value");
+  }
+  return absl::OkStatus();
+}
+
+// `V` is od::value or od::document, which offer the same calls.
+template <typename V>
+absl::Status ProjectValue(V& value, const Projection& projection, json* out) {
+  od::json_type type;
+  if (simdjson::error_code e = value.type().get(type)) {
+    return Malformed(e);
+  }
+  if (type == od::json_type::object) {
+    od::object object;
+    if (simdjson::error_code e = value.get_object().get(object)) {
+      return Malformed(e);
+    }
+    if (projection.whole()) {
+      std::string_view text;
+      if (simdjson::error_code e = object.raw_json().get(text)) {
+        return Malformed(e);
+      }
+      return ParseWhole(text, out);
+    }
+    *out = json::object();
+    for (simdjson::simdjson_result<od::field> field : object) {
+      std::string_view key;
+      if (simdjson::error_code e = field.unescaped_key().get(key)) {
+        return Malformed(e);
+      }
+      const Projection* child = projection.Field(absl::string_view(key.data(), key.size()));
+      if (child == nullptr) {
+        continue;  // the iterator skips the value
+      }
+      json& slot = (*out)[std::string(key)];
+      slot = json();
+      od::value child_value;
+      if (simdjson::error_code e = field.value().get(child_value)) {
+        return Malformed(e);
+      }
+      if (absl::Status s = ProjectValue(child_value, *child, &slot); !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (type == od::json_type::array) {
+    od::array array;
+    if (simdjson::error_code e = value.get_array().get(array)) {
+      return Malformed(e);
+    }
+    if (projection.whole()) {
+      std::string_view text;
+      if (simdjson::error_code e = array.raw_json().get(text)) {
+        return Malformed(e);
+      }
+      return ParseWhole(text, out);
+    }
+    *out = json::array();
+    for (simdjson::simdjson_result<od::value> element : array) {
+      od::value element_value;
+      if (simdjson::error_code e = element.get(element_value)) {
+        return Malformed(e);
+      }
+      json item;
+      if (absl::Status s = ProjectValue(element_value, projection, &item); !s.ok()) {
+        return s;
+      }
+      out->push_back(std::move(item));
+    }
+    return absl::OkStatus();
+  }
+  std::string_view token;
+  // A document answers a plain string_view, a value a simdjson_result.
+  simdjson::simdjson_result<std::string_view> raw = value.raw_json_token();
+  if (simdjson::error_code e = std::move(raw).get(token)) {
+    return Malformed(e);
+  }
+  return ParseWhole(token, out);
+}
+
+}  // namespace
+
+Projection Projection::Paths(absl::Span<const absl::string_view> paths) {
+  Projection p;
+  p.whole_ = false;
+  for (absl::string_view path : paths) {
+    p.AddPath(path);
+  }
+  return p;
+}
+
+Projection Projection::Fields(
+    std::initializer_list<std::pair<const std::string, Projection>> fields) {
+  Projection p;
+  p.whole_ = false;
+  p.fields_ = std::map<std::string, Projection, std::less<>>(fields);
+  return p;
+}
+
+void Projection::AddPath(absl::string_view path) {
+  Projection* node = this;
+  for (absl::string_view part : absl::StrSplit(path, '.')) {
+    if (node->whole_) {
+      return;  // kept whole already
+    }
+    auto [it, inserted] = node->fields_.try_emplace(std::string(part));
+    if (inserted) {
+      it->second.whole_ = false;
+    }
+    node = &it->second;
+  }
+  node->whole_ = true;
+  node->fields_.clear();
+}
+
+const Projection* Projection::Field(absl::string_view name) const {
+  auto it = fields_.find(name);
+  return it == fields_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<json> ParseProjected(absl::string_view text, const Projection& projection) {
+  // One parser and one padded copy of the text per thread: both keep their buffers.
+  thread_local od::parser parser;
+  thread_local std::string padded;
+  padded.assign(text.data(), text.size());
+  padded.resize(text.size() + simdjson::SIMDJSON_PADDING, ' ');
+  od::document doc;
+  if (simdjson::error_code e = parser.iterate(padded.data(), text.size(), padded.size()).get(doc)) {
+    return Malformed(e);
+  }
+  json out;
+  if (absl::Status s = ProjectValue(doc, projection, &out); !s.ok()) {
+    return s;
+  }
+  // Nothing may follow the value.
+  if (simdjson::error_code e = doc.current_location().error(); e != simdjson::OUT_OF_BOUNDS) {
+    return absl::InvalidArgumentError("malformed JSON: content after the value");
+  }
+  return out;
+}
+
+json Project(const json& value, const Projection& projection) {
+  if (projection.whole()) {
+    return value;
+  }
+  if (value.is_object()) {
+    json out = json::object();
+    for (const auto& [key, child] : value.items()) {
+      if (const Projection* p = projection.Field(key); p != nullptr) {
+        out[key] = Project(child, *p);
+      }
+    }
+    return out;
+  }
+  if (value.is_array()) {
+    json out = json::array();
+    for (const json& element : value) {
+      out.push_back(Project(element, projection));
+    }
+    return out;
+  }
+  return value;
+}
+
+}  // namespace dralens::k8s

@@ -1,0 +1,127 @@
+// Projected parsing: what it keeps, that it equals the projection of a full parse, and that
+// malformed or truncated text is an error.
+#include "src/k8s/projection.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace dralens::k8s {
+namespace {
+
+using nlohmann::json;
+
+const char kPod[] = R"({
+  "apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": "w-0", "namespace": "ml", "uid": "u1", "resourceVersion": "42",
+               "labels": {"app": "train"},
+               "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]},
+  "spec": {"nodeName": "node-1",
+           "containers": [{"name": "main", "image": "cuda:1", "env": [{"name": "A", "value": "\u00e9"}]}],
+           "resourceClaims": [{"name": "gpu", "resourceClaimName": "c-1"}]},
+  "status": {"phase": "Running", "qosClass": "Burstable",
+             "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c-1"}],
+             "conditions": [{"type": "Ready", "status": "True"}]}
+})";
+
+Projection PodFields() {
+  return Projection::Paths({"metadata.name", "metadata.namespace", "metadata.uid",
+                            "metadata.resourceVersion", "metadata.labels", "spec.nodeName",
+                            "spec.resourceClaims", "status.phase", "status.resourceClaimStatuses"});
+}
+
+TEST(ProjectionTest, KeepsOnlyTheNamedFields) {
+  absl::StatusOr<json> got = ParseProjected(kPod, PodFields());
+  ASSERT_TRUE(got.ok()) << got.status();
+  const json want = json::parse(R"({
+    "metadata": {"name": "w-0", "namespace": "ml", "uid": "u1", "resourceVersion": "42",
+                 "labels": {"app": "train"}},
+    "spec": {"nodeName": "node-1", "resourceClaims": [{"name": "gpu", "resourceClaimName": "c-1"}]},
+    "status": {"phase": "Running",
+               "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "c-1"}]}
+  })");
+  EXPECT_EQ(*got, want);
+}
+
+TEST(ProjectionTest, EqualsTheProjectionOfAFullParse) {
+  const json full = json::parse(kPod);
+  for (const Projection& p :
+       {Projection(), PodFields(), Projection::Paths({"spec.containers.env"}),
+        Projection::Paths({"metadata", "metadata.name"}), Projection::Paths({"nothing.here"}),
+        Projection::Paths({"spec.containers.name", "status.conditions.type"})}) {
+    absl::StatusOr<json> got = ParseProjected(kPod, p);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, Project(full, p));
+  }
+}
+
+TEST(ProjectionTest, WholeKeepsEverythingAsAFullParseDoes) {
+  absl::StatusOr<json> got = ParseProjected(kPod, Projection());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, json::parse(kPod));
+  EXPECT_EQ((*got)["spec"]["containers"][0]["env"][0]["value"], "\u00e9");
+}
+
+TEST(ProjectionTest, AnArrayAppliesTheProjectionToEachElement) {
+  const std::string list = R"({"metadata": {"resourceVersion": "7", "continue": "x"},
+    "items": [{"metadata": {"name": "a", "uid": "1"}, "spec": {"big": [1, 2, 3]}},
+              {"metadata": {"name": "b", "uid": "2"}, "spec": {}}]})";
+  const Projection p = Projection::Fields(
+      {{"metadata", Projection()}, {"items", Projection::Paths({"metadata.name"})}});
+  absl::StatusOr<json> got = ParseProjected(list, p);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, json::parse(R"({"metadata": {"resourceVersion": "7", "continue": "x"},
+    "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]})"));
+}
+
+TEST(ProjectionTest, AValueOfAnotherTypeIsKeptAsItIs) {
+  // A decoder downstream must see what it would have seen: a string where an object belongs.
+  absl::StatusOr<json> got =
+      ParseProjected(R"({"spec": "oops", "status": null, "metadata": 3})", PodFields());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, json::parse(R"({"spec": "oops", "status": null, "metadata": 3})"));
+}
+
+TEST(ProjectionTest, AFieldNamedTwiceKeepsTheLastAsAFullParseDoes) {
+  const std::string text = R"({"status": {"phase": "Pending"}, "status": {"qosClass": "x"}})";
+  absl::StatusOr<json> got = ParseProjected(text, PodFields());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, Project(json::parse(text), PodFields()));
+  EXPECT_EQ(*got, json::parse(R"({"status": {}})"));
+}
+
+TEST(ProjectionTest, EscapedKeysAreMatchedUnescaped) {
+  absl::StatusOr<json> got =
+      ParseProjected(R"({"stat\u0075s": {"phase": "Running"}})", PodFields());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, json::parse(R"({"status": {"phase": "Running"}})"));
+}
+
+TEST(ProjectionTest, EveryTruncationIsAnError) {
+  const std::string text = json::parse(kPod).dump();
+  for (size_t n = 0; n < text.size(); ++n) {
+    for (const Projection& p : {Projection(), PodFields()}) {
+      absl::StatusOr<json> got = ParseProjected(text.substr(0, n), p);
+      EXPECT_FALSE(got.ok()) << "prefix of " << n << " bytes: " << got->dump();
+    }
+  }
+}
+
+TEST(ProjectionTest, MalformedTextIsAnError) {
+  for (const char* text :
+       {"", "{", "}", "{\"a\":}", "{\"a\" 1}", "[1,]", "{\"spec\": {\"nodeName\": tru}}",
+        "{\"status\": {\"phase\": \"Run", "{} {}", "{}x", "{\"a\":1}]", "nul"}) {
+    EXPECT_FALSE(ParseProjected(text, PodFields()).ok()) << text;
+    EXPECT_FALSE(ParseProjected(text, Projection()).ok()) << text;
+  }
+}
+
+TEST(ProjectionTest, WhitespaceAroundTheValueIsFine) {
+  absl::StatusOr<json> got =
+      ParseProjected("  \n{\"status\": {\"phase\": \"Running\"}}\n  ", PodFields());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, json::parse(R"({"status": {"phase": "Running"}})"));
+}
+
+}  // namespace
+}  // namespace dralens::k8s
