@@ -1,4 +1,4 @@
-#include "src/app/workload.h"
+#include "src/sim/workload.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -13,7 +13,7 @@
 #include "src/common/status.h"
 #include "src/model/codec.h"
 
-namespace dralens::app {
+namespace dralens::sim {
 namespace {
 
 using nlohmann::json;
@@ -749,4 +749,4 @@ absl::Status Workload::Step() {
   return absl::OkStatus();
 }
 
-}  // namespace dralens::app
+}  // namespace dralens::sim

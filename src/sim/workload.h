@@ -42,7 +42,7 @@
 #include "src/k8s/client.h"
 #include "src/model/resource.h"
 
-namespace dralens::app {
+namespace dralens::sim {
 
 struct WorkloadOptions {
   std::string driver_name = "gpu.dralens.dev";
@@ -194,4 +194,4 @@ class Workload {
   std::unique_ptr<std::thread> thread_;
 };
 
-}  // namespace dralens::app
+}  // namespace dralens::sim
