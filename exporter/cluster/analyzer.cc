@@ -80,17 +80,7 @@ cel::Verdict Analyzer::Evaluate(Device& device, int selector) {
 }
 
 cel::Verdict Analyzer::MatchesAll(Device& device, const std::vector<int>& selectors) {
-  cel::Verdict result = cel::Verdict::kTrue;
-  for (int s : selectors) {
-    cel::Verdict v = Evaluate(device, s);
-    if (v == cel::Verdict::kFalse) {
-      return v;
-    }
-    if (v == cel::Verdict::kUnknown) {
-      result = v;
-    }
-  }
-  return result;
+  return fit::AllOf(selectors.size(), [&](size_t i) { return Evaluate(device, selectors[i]); });
 }
 
 void Analyzer::UnclassifyDevice(Device& device) {
@@ -150,22 +140,24 @@ bool Analyzer::DeviceBlocked(const Device& device) const {
   if (alloc != allocations_.end() && !alloc->second.empty()) {
     return false;  // its own allocation holds the counters
   }
-  for (const auto& [set_key, counters] : device.consumes) {
-    auto set = counter_sets_.find(set_key);
-    if (set == counter_sets_.end()) {
-      continue;
-    }
-    for (const auto& [name, need] : counters) {
-      auto cap = set->second->capacity.find(name);
-      double capacity = cap == set->second->capacity.end() ? 0 : cap->second;
-      auto used = set->second->used.find(name);
-      double in_use = used == set->second->used.end() ? 0 : used->second;
-      if (capacity - in_use + kEpsilon < need) {
-        return true;
-      }
-    }
+  // A counter set not (yet) published does not block.
+  return fit::FitCounters(device.consumes,
+                          [this](const std::string& set_key, const std::string& name) {
+                            return CounterLeft(set_key, name);
+                          }) == fit::CounterFit::kExceeds;
+}
+
+std::optional<double> Analyzer::CounterLeft(const std::string& set_key,
+                                            const std::string& name) const {
+  auto set = counter_sets_.find(set_key);
+  if (set == counter_sets_.end()) {
+    return std::nullopt;
   }
-  return false;
+  auto cap = set->second->capacity.find(name);
+  const double capacity = cap == set->second->capacity.end() ? 0 : cap->second;
+  auto used = set->second->used.find(name);
+  const double in_use = used == set->second->used.end() ? 0 : used->second;
+  return capacity - in_use;
 }
 
 bool Analyzer::DeviceFree(const Device& device) const {

@@ -12,7 +12,9 @@
 // How things are decided:
 //  - claim state: pending (no allocation), allocated, reserved (status.reservedFor set),
 //    in_use (a reserving pod is Running);
-//  - a device matches a class/request when every CEL selector is true (src/cel); verdicts are
+//  - whether a device fits a request is decided by src/fit/device_fit.h (the rules the demo's
+//    scheduler stand-in allocates by): every CEL selector of the class and the request is true
+//    (src/cel), no untolerated NoSchedule/NoExecute taint, shared counters left; verdicts are
 //    cached per (selector, device) and dropped when the device is republished;
 //  - pending reason, per request, most severe across requests: unsatisfiable (no matching
 //    device), unknown (no definite match and a selector outside the CEL subset), tainted
@@ -53,6 +55,7 @@
 #include "prometheus/registry.h"
 #include "src/cel/cel.h"
 #include "src/common/clock.h"
+#include "src/fit/device_fit.h"
 #include "src/model/core.h"
 #include "src/model/resource.h"
 #include "src/telemetry/text_family.h"
@@ -179,6 +182,10 @@ class Analyzer {
   // Device and counter state.
   bool DeviceAllocated(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DeviceBlocked(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What counter `name` of counter set `set_key` has left after the allocations (capacity 0 for
+  // a counter the set lacks); nullopt for a set not published.
+  std::optional<double> CounterLeft(const std::string& set_key, const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool DeviceFree(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool NodeDown(const std::string& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecountCounters(const std::string& set_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -187,9 +194,10 @@ class Analyzer {
 
   // Counts per pending request shape, kept as devices come, go and change state, so that a
   // reason is re-derived only when a count it depends on moves.
-  // How a device stands to a leaf request: 0 no match, 1 unknown, 2 matches but an untolerated
-  // taint blocks it, 3 matches.
-  int LeafMatch(const Request& leaf, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How a device stands to a leaf request (fit::MatchDevice over the class's and the request's
+  // selectors, through the verdict cache, and the request's tolerations); kNoMatch when the
+  // class does not exist.
+  fit::Match LeafMatch(const Request& leaf, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds (+1) or takes back (-1) a device's part in every leaf's counts.
   void CountDevice(Device& device, int sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-reads whether a counted device is free, and moves the leaves' free counts if it changed.

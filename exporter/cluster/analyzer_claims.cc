@@ -398,19 +398,7 @@ bool Analyzer::RequestFits(const Request& request, Device& device) {
     }
     return false;
   }
-  auto cls = classes_.find(request.device_class);
-  if (cls == classes_.end() || MatchesAll(device, cls->second) != cel::Verdict::kTrue ||
-      MatchesAll(device, request.selectors) != cel::Verdict::kTrue) {
-    return false;
-  }
-  for (const model::DeviceTaint& taint : device.spec.taints) {
-    if (Blocking(taint) &&
-        std::none_of(request.tolerations.begin(), request.tolerations.end(),
-                     [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
-      return false;
-    }
-  }
-  return true;
+  return LeafMatch(request, device) == fit::Match::kMatch;
 }
 
 PendingReason Analyzer::ReasonOfRequest(const Request& request) {
@@ -437,23 +425,17 @@ PendingReason Analyzer::ScanReason(const Request& request) {
     int64_t matching = 0, untainted = 0, free = 0;
     for (const Key& key : class_devices_[request.device_class]) {
       Device& d = *devices_.at(key);
-      cel::Verdict v = MatchesAll(d, request.selectors);
-      if (v == cel::Verdict::kUnknown) {
+      // The class surely matches these devices: what is left is the request's selectors and
+      // its tolerations.
+      const fit::Match m = LeafMatch(request, d);
+      if (m == fit::Match::kUnknown) {
         unknown = true;
       }
-      if (v != cel::Verdict::kTrue) {
+      if (m == fit::Match::kNoMatch || m == fit::Match::kUnknown) {
         continue;
       }
       ++matching;
-      bool blocked_by_taint = false;
-      for (const model::DeviceTaint& taint : d.spec.taints) {
-        blocked_by_taint =
-            blocked_by_taint ||
-            (Blocking(taint) &&
-             std::none_of(request.tolerations.begin(), request.tolerations.end(),
-                          [&](const model::DeviceToleration& t) { return Tolerates(t, taint); }));
-      }
-      if (blocked_by_taint) {
+      if (m == fit::Match::kTainted) {
         continue;
       }
       ++untainted;

@@ -57,17 +57,6 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
     f.reason = PendingReason::kUnsatisfiable;
     return f;
   }
-  // Whether a device carries a NoSchedule/NoExecute taint the request does not tolerate.
-  auto untolerated = [&leaf](const Device& d) {
-    for (const model::DeviceTaint& taint : d.spec.taints) {
-      if (Blocking(taint) &&
-          std::none_of(leaf->tolerations.begin(), leaf->tolerations.end(),
-                       [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
-        return true;
-      }
-    }
-    return false;
-  };
   std::unordered_set<const Claim*> holders;
   // (product, selector) and (product, taint) -> free devices kept out by only that.
   std::map<std::pair<std::string, std::string>, NearGroup> near_selector, near_taint;
@@ -80,14 +69,14 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
     for (const Key& key : keys->second) {
       Device& d = *devices_.at(key);
       f.class_devices += sure;
-      const int m = LeafMatch(*leaf, d);
+      const fit::Match m = LeafMatch(*leaf, d);
       const bool allocated = DeviceAllocated(d);
       const bool blocked = !allocated && DeviceBlocked(d);
       const bool down = NodeDown(d.node);
       const bool free = !allocated && !blocked && !down;
-      f.unknown += m == 1;
-      f.matching += m >= 2;
-      if (m == 3) {
+      f.unknown += m == fit::Match::kUnknown;
+      f.matching += m == fit::Match::kTainted || m == fit::Match::kMatch;
+      if (m == fit::Match::kMatch) {
         ++f.untainted;
         if (free) {
           ++f.free;
@@ -109,7 +98,10 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
       if (!free || !sure) {
         continue;
       }
-      if (m == 0 && !untolerated(d)) {
+      // The NoSchedule/NoExecute taint the request does not tolerate, if any.
+      const model::DeviceTaint* untolerated =
+          fit::UntoleratedTaint(d.spec.taints, leaf->tolerations);
+      if (m == fit::Match::kNoMatch && untolerated == nullptr) {
         // The class matches; is it one of the request's selectors alone that keeps it out (every
         // other one surely true)?
         std::vector<int> failing;
@@ -127,19 +119,13 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
           ++g.devices;
           g.nodes.insert(d.node);
         }
-      } else if (m == 2) {
-        for (const model::DeviceTaint& taint : d.spec.taints) {
-          if (Blocking(taint) &&
-              std::none_of(leaf->tolerations.begin(), leaf->tolerations.end(),
-                           [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
-            NearGroup& g =
-                near_taint[{d.product, absl::StrCat(taint.key, taint.value.empty() ? "" : "=",
-                                                    taint.value, ":", taint.effect)}];
-            ++g.devices;
-            g.nodes.insert(d.node);
-            break;
-          }
-        }
+      } else if (m == fit::Match::kTainted && untolerated != nullptr) {
+        const model::DeviceTaint& taint = *untolerated;
+        NearGroup& g =
+            near_taint[{d.product, absl::StrCat(taint.key, taint.value.empty() ? "" : "=",
+                                                taint.value, ":", taint.effect)}];
+        ++g.devices;
+        g.nodes.insert(d.node);
       }
     }
   }

@@ -1,5 +1,6 @@
 // Analyzer::ShortTogether: the claims of a gang evaluated together.
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,24 +16,17 @@ int64_t Analyzer::ShortTogether(const std::string& ns, const std::vector<std::st
   std::set<Key> taken;
   // Counters the gang's tentative picks consume, per counter set.
   std::map<std::string, std::map<std::string, double>> consumed;
+  // What the allocations and the gang's picks so far leave; a set not published does not block.
   auto fits_counters = [&](const Device& d) {
-    for (const auto& [set_key, need] : d.consumes) {
-      auto set = counter_sets_.find(set_key);
-      if (set == counter_sets_.end()) {
-        continue;
-      }
-      for (const auto& [name, value] : need) {
-        auto cap = set->second->capacity.find(name);
-        auto used = set->second->used.find(name);
-        const double left = (cap == set->second->capacity.end() ? 0 : cap->second) -
-                            (used == set->second->used.end() ? 0 : used->second) -
-                            consumed[set_key][name];
-        if (value > left + kEpsilon) {
-          return false;
-        }
-      }
-    }
-    return true;
+    return fit::FitCounters(
+               d.consumes,
+               [&](const std::string& set_key, const std::string& name) -> std::optional<double> {
+                 std::optional<double> left = CounterLeft(set_key, name);
+                 if (!left.has_value()) {
+                   return std::nullopt;
+                 }
+                 return *left - consumed[set_key][name];
+               }) != fit::CounterFit::kExceeds;
   };
   // Takes up to `need` devices for `leaf` (all that match for All); returns the shortfall.
   // With `commit` false, only counts.
@@ -47,7 +41,7 @@ int64_t Analyzer::ShortTogether(const std::string& ns, const std::vector<std::st
     std::map<std::string, std::map<std::string, double>> local_consumed;
     for (const Key& key : keys->second) {
       Device& d = *devices_.at(key);
-      if (LeafMatch(leaf, d) != 3) {
+      if (LeafMatch(leaf, d) != fit::Match::kMatch) {
         continue;
       }
       ++matching;

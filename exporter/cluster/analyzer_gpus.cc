@@ -513,7 +513,7 @@ void Analyzer::RecomputePlaceable(const std::string& node) {
           }
           bool ok = true;
           for (const auto& [name, need] : counters) {
-            ok = ok && left[name] + kEpsilon >= need;
+            ok = ok && fit::WithinCounter(left[name], need);
           }
           if (ok) {
             for (const auto& [name, need] : counters) {

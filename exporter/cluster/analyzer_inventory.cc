@@ -99,7 +99,7 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     d->type = StringAttribute(sd, "type");
     d->profile = StringAttribute(sd, "profile");
     d->multi = sd.allow_multiple_allocations.value_or(false);
-    d->tainted = std::any_of(sd.taints.begin(), sd.taints.end(), Blocking);
+    d->tainted = std::any_of(sd.taints.begin(), sd.taints.end(), fit::Blocking);
     for (const model::DeviceCounterConsumption& c : sd.consumes_counters) {
       std::map<std::string, double> counters;
       for (const auto& [counter, value] : c.counters) {

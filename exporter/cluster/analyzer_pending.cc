@@ -14,30 +14,24 @@ namespace dralens::exporter::cluster {
 
 // --- counts per pending request shape ------------------------------------------------------------
 
-int Analyzer::LeafMatch(const Request& leaf, Device& device) {
+fit::Match Analyzer::LeafMatch(const Request& leaf, Device& device) {
   auto cls = classes_.find(leaf.device_class);
   if (cls == classes_.end()) {
-    return 0;
+    return fit::Match::kNoMatch;
   }
-  cel::Verdict v = MatchesAll(device, cls->second);
-  if (v == cel::Verdict::kTrue) {
-    v = MatchesAll(device, leaf.selectors);
-  }
-  if (v == cel::Verdict::kFalse) {
-    return 0;
-  }
-  if (v == cel::Verdict::kUnknown) {
-    return 1;
-  }
-  for (const model::DeviceTaint& taint : device.spec.taints) {
-    if (Blocking(taint) &&
-        std::none_of(leaf.tolerations.begin(), leaf.tolerations.end(),
-                     [&](const model::DeviceToleration& t) { return Tolerates(t, taint); })) {
-      return 2;
-    }
-  }
-  return 3;
+  return fit::MatchDevice([&] { return MatchesAll(device, cls->second); },
+                          [&] { return MatchesAll(device, leaf.selectors); }, device.spec.taints,
+                          leaf.tolerations);
 }
+
+namespace {
+
+// A device's part in a leaf's counts, by how it stands to the leaf.
+bool Unknown(fit::Match m) { return m == fit::Match::kUnknown; }
+bool Matching(fit::Match m) { return m == fit::Match::kTainted || m == fit::Match::kMatch; }
+bool Untainted(fit::Match m) { return m == fit::Match::kMatch; }
+
+}  // namespace
 
 void Analyzer::CountDevice(Device& device, int sign) {
   if ((sign > 0) == device.counted) {
@@ -45,14 +39,14 @@ void Analyzer::CountDevice(Device& device, int sign) {
   }
   device.counted = sign > 0;
   for (auto& [signature, leaf] : leaves_) {
-    const int m = LeafMatch(*leaf->request, device);
-    if (m == 0) {
+    const fit::Match m = LeafMatch(*leaf->request, device);
+    if (m == fit::Match::kNoMatch) {
       continue;
     }
-    leaf->unknown += sign * (m == 1);
-    leaf->matching += sign * (m >= 2);
-    leaf->untainted += sign * (m == 3);
-    leaf->free += sign * (m == 3 && device.counted_free);
+    leaf->unknown += sign * Unknown(m);
+    leaf->matching += sign * Matching(m);
+    leaf->untainted += sign * Untainted(m);
+    leaf->free += sign * (Untainted(m) && device.counted_free);
     dirty_leaves_.insert(signature);
   }
 }
@@ -67,7 +61,7 @@ void Analyzer::RefreshFree(Device& device) {
   }
   device.counted_free = free;
   for (auto& [signature, leaf] : leaves_) {
-    if (LeafMatch(*leaf->request, device) == 3) {
+    if (Untainted(LeafMatch(*leaf->request, device))) {
       leaf->free += free ? 1 : -1;
       dirty_leaves_.insert(signature);
     }
@@ -96,11 +90,11 @@ void Analyzer::RecountLeaf(LeafCounts& leaf) {
       if (!d.counted) {
         continue;
       }
-      const int m = LeafMatch(*leaf.request, d);
-      leaf.unknown += m == 1;
-      leaf.matching += m >= 2;
-      leaf.untainted += m == 3;
-      leaf.free += m == 3 && d.counted_free;
+      const fit::Match m = LeafMatch(*leaf.request, d);
+      leaf.unknown += Unknown(m);
+      leaf.matching += Matching(m);
+      leaf.untainted += Untainted(m);
+      leaf.free += Untainted(m) && d.counted_free;
     }
   }
   dirty_leaves_.insert(leaf.request->signature);

@@ -67,18 +67,4 @@ double ShareOf(const std::map<std::string, double>& capacity,
   return share;
 }
 
-bool Blocking(const model::DeviceTaint& taint) {
-  return taint.effect == "NoSchedule" || taint.effect == "NoExecute";
-}
-
-bool Tolerates(const model::DeviceToleration& t, const model::DeviceTaint& taint) {
-  if (!t.effect.empty() && t.effect != taint.effect) {
-    return false;
-  }
-  if (t.op == "Exists") {
-    return t.key.empty() || t.key == taint.key;
-  }
-  return t.key == taint.key && t.value == taint.value;
-}
-
 }  // namespace dralens::exporter::cluster

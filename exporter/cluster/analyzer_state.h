@@ -23,6 +23,7 @@
 #include "exporter/cluster/analyzer.h"
 #include "prometheus/histogram.h"
 #include "src/cel/cel.h"
+#include "src/fit/device_fit.h"
 #include "src/model/resource.h"
 #include "src/telemetry/tracing/tracer.h"
 
@@ -49,15 +50,12 @@ bool IsMemorySlice(absl::string_view name);
 double ShareOf(const std::map<std::string, double>& capacity,
                const std::map<std::string, double>& used);
 
-bool Blocking(const model::DeviceTaint& taint);
-bool Tolerates(const model::DeviceToleration& t, const model::DeviceTaint& taint);
-
 struct Analyzer::Device {
   Key key;
   std::string slice;
   std::string driver, pool, node, product, type, profile;
   model::SliceDevice spec;
-  bool tainted = false;  // a NoSchedule/NoExecute taint
+  bool tainted = false;  // a NoSchedule/NoExecute taint (fit::Blocking)
   bool multi = false;    // allowMultipleAllocations
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
   // else the device itself. Devices with the same key are one GPU.
@@ -67,9 +65,9 @@ struct Analyzer::Device {
   std::map<std::string, double> capacity;
   bool counted = false;       // its part is in the leaves' counts
   bool counted_free = false;  // counted as free (not held, not blocked, node up)
-  std::vector<std::pair<std::string, std::map<std::string, double>>> consumes;  // set key
-  std::vector<std::string> classes;          // classes it surely matches
-  std::vector<std::string> unknown_classes;  // classes whose selectors it cannot judge
+  std::vector<fit::CounterConsumption> consumes;  // by set key
+  std::vector<std::string> classes;               // classes it surely matches
+  std::vector<std::string> unknown_classes;       // classes whose selectors it cannot judge
   std::unordered_map<int, cel::Verdict> verdicts;
 };
 

@@ -3,8 +3,8 @@
 // Starts the embedded API server, registers the simulated nodes and runs the node role for each
 // of them in this process (each with its own kubelet directories, CDI root and metrics port,
 // registered by a kubelet stand-in), runs the cluster role against the API server, starts the
-// workload generator (workload.h: users, scheduler and kubelet stand-in, preparing through the
-// nodes' real gRPC sockets), optionally a real Prometheus scraping all of it
+// workload generator (src/sim/workload.h: users, scheduler and kubelet stand-in, preparing through
+// the nodes' real gRPC sockets), optionally a real Prometheus scraping all of it
 // (prometheus_child.h), and prints how to look at it all with kubectl and curl. At a fixed point
 // of the run the simulated GPU source of one A100 node reports a critical Xid, so device health,
 // taints and stranded unhealthy capacity have data too.
@@ -27,18 +27,18 @@
 #include "driver/discovery/simulated/simulated_device_source.h"
 #include "exporter/http/metrics_server.h"
 #include "src/app/cluster_role.h"
-#include "src/app/demo_gang.h"
 #include "src/app/kube.h"
 #include "src/app/lifecycle.h"
 #include "src/app/node_driver.h"
 #include "src/app/prometheus_child.h"
 #include "src/app/roles.h"
 #include "src/app/telemetry_setup.h"
-#include "src/app/workload.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
 #include "src/sim/api_server.h"
+#include "src/sim/demo_gang.h"
 #include "src/sim/kubelet.h"
+#include "src/sim/workload.h"
 
 namespace dralens::app {
 namespace {
@@ -205,7 +205,7 @@ int RunDemo(const FlagValues& flags) {
   std::unique_ptr<k8s::RestClient> client;
   std::unique_ptr<ClusterRole> cluster;
   std::unique_ptr<k8s::RestClient> workload_client;
-  std::unique_ptr<Workload> workload;
+  std::unique_ptr<sim::Workload> workload;
   std::unique_ptr<exporter::MetricsServer> metrics_server;
   std::vector<std::unique_ptr<SimulatedNode>> sim_nodes;
   std::unique_ptr<FaultInjector> fault;
@@ -353,7 +353,7 @@ int RunDemo(const FlagValues& flags) {
        }},
       {"start the workload",
        [&]() -> absl::Status {
-         WorkloadOptions options;
+         sim::WorkloadOptions options;
          options.driver_name = flags.Get("driver-name");
          // Three teams share the fleet, so that cost by team has something to show.
          options.team_namespaces = {"research", "inference", "notebooks"};
@@ -378,11 +378,12 @@ int RunDemo(const FlagValues& flags) {
          };
          // Its own client, unmetered: the cluster role's request series stay its own calls.
          ASSIGN_OR_RETURN(workload_client, BuildKubeClient(api_config, nullptr));
-         workload =
-             std::make_unique<Workload>(std::move(options), *workload_client, common::RealClock());
+         workload = std::make_unique<sim::Workload>(std::move(options), *workload_client,
+                                                    common::RealClock());
          RETURN_IF_ERROR_CTX(workload->Setup(), "set up the workload");
-         // A gang of four three-GPU workers in `research` that does not fit (demo_gang.h).
-         RETURN_IF_ERROR(CreateDemoGang(*workload_client, "research", flags.Get("driver-name")));
+         // A gang of four three-GPU workers in `research` that does not fit (src/sim/demo_gang.h).
+         RETURN_IF_ERROR(
+             sim::CreateDemoGang(*workload_client, "research", flags.Get("driver-name")));
          workload->Start();
          return absl::OkStatus();
        }},

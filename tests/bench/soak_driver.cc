@@ -71,12 +71,12 @@
 #include "absl/time/clock.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "nlohmann/json.hpp"
-#include "src/app/workload.h"
 #include "src/common/clock.h"
 #include "src/common/quantity.h"
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
 #include "src/sim/kubelet.h"
+#include "src/sim/workload.h"
 #include "tests/bench/driver_util.h"
 #include "tests/integration/subprocess.h"
 #include "tests/testing/kubeconfig.h"
@@ -578,14 +578,14 @@ int main(int argc, char** argv) {
   if (!soak.Start(/*otlp_down_port=*/1)) {
     return 1;
   }
-  dralens::app::WorkloadOptions options;
+  dralens::sim::WorkloadOptions options;
   options.namespace_name = "soak";
   options.claim_interval = absl::Milliseconds(250);
   options.mean_pod_duration = absl::Seconds(10);
   options.max_claims = 24;
   options.memory_shares = true;
   options.plugin_sockets[kNode] = soak.DraSocket();
-  dralens::app::Workload workload(options, *soak.client_, dralens::common::RealClock());
+  dralens::sim::Workload workload(options, *soak.client_, dralens::common::RealClock());
   if (!workload.Setup().ok()) {
     return 1;
   }
@@ -664,9 +664,9 @@ int main(int argc, char** argv) {
   absl::Time next_sample = start + absl::Minutes(1);
   int fault_round = 0;
   while (absl::Now() - start < absl::Minutes(minutes)) {
-    const dralens::app::Workload::Stats before = workload.stats();
+    const dralens::sim::Workload::Stats before = workload.stats();
     (void)workload.Step();
-    const dralens::app::Workload::Stats after = workload.stats();
+    const dralens::sim::Workload::Stats after = workload.stats();
     absl::Time now = absl::Now();
     if ((!armed.empty() || watching) && soak.NodeExited()) {
       // The crash point went off, or the killer fired, inside a call of this step; the call
@@ -742,7 +742,7 @@ int main(int argc, char** argv) {
   const double ran_minutes = absl::ToDoubleMinutes(absl::Now() - start);
   workload.Stop();
   soak.api_.ClearFaults();
-  const dralens::app::Workload::Stats stats = workload.stats();
+  const dralens::sim::Workload::Stats stats = workload.stats();
   if (!armed.empty() || watching) {
     // The drain must not set off the crash point or the killer: start the node unarmed.
     not_reached += soak.NodeExited() ? 0 : 1;

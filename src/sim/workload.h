@@ -8,11 +8,10 @@
 //   2. one new claim of a seeded random kind is created, with its pods (none for some claims,
 //      two for shared claims): full GPUs, MIG profiles, time-sliced and MPS configs, requests
 //      no device can ever satisfy and, with memory_shares, 10Gi shares of a GPU's memory;
-//   3. every pending claim that has pods is allocated if a device fits: class and request CEL
-//      selectors (src/cel) against the published devices, untainted, not allocated, and within
-//      the shared counters of partitionable GPUs; then the claim is reserved for its pods, the
-//      pods are bound, NodePrepareResources is called once per pod (as the kubelet does), and
-//      the pods run for an exponentially distributed time.
+//   3. every pending claim that has pods is allocated by the scheduler stand-in (scheduler.h)
+//      if devices fit, by the cluster analyzer's rules (src/fit/device_fit.h); then the claim is
+//      reserved for its pods, the pods are bound, NodePrepareResources is called once per pod
+//      (as the kubelet does), and the pods run for an exponentially distributed time.
 //
 // Runs are reproducible for a seed, apart from timing. The objects live in one namespace, or
 // in turn in each of team_namespaces.
@@ -26,7 +25,6 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,13 +34,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "src/cel/cel.h"
+#include "nlohmann/json.hpp"
 #include "src/common/clock.h"
-#include "src/common/quantity.h"
 #include "src/k8s/client.h"
-#include "src/model/resource.h"
+#include "src/sim/scheduler.h"
 
-namespace dralens::app {
+namespace dralens::sim {
 
 struct WorkloadOptions {
   std::string driver_name = "gpu.dralens.dev";
@@ -63,7 +60,7 @@ struct WorkloadOptions {
   // mix and its seeded sequence are as before.
   bool memory_shares = false;
   // Also make claims for two full GPUs of one node. The scheduler stand-in places them without
-  // regard to topology (see Allocate), so on a two-socket node some land across NUMA nodes.
+  // regard to topology (see scheduler.h), so on a two-socket node some land across NUMA nodes.
   // Drawn after the mix and the memory shares, so the sequences without it stay as they were;
   // the first claim of a run is one.
   bool two_gpu_claims = false;
@@ -131,12 +128,6 @@ class Workload {
 
  private:
   enum class State { kPending, kAllocated, kRunning, kLingering };
-  struct Held {
-    std::string pool;
-    std::string device;
-    std::vector<model::DeviceCounterConsumption> counters;
-    std::optional<common::Quantity> memory;  // a consumable-capacity share: what it consumes
-  };
   struct Tracked {
     std::string ns;
     std::string name;
@@ -145,28 +136,15 @@ class Workload {
     std::vector<std::string> pods;
     State state = State::kPending;
     std::string node;
-    std::vector<Held> held;
+    std::vector<Placement> held;
     absl::Time created;
     absl::Time until;  // end of the run, of the lingering, or of a hopeless wait
   };
-  // What the scheduler stand-in knows of the cluster in one step.
-  struct View {
-    std::vector<model::ResourceSlice> slices;
-    std::map<std::string, model::DeviceClass> classes;
-    std::map<std::string, common::Quantity> counter_capacity;  // pool/set/counter
-  };
-
   WorkloadKind PickKind();
   absl::Status CreateClaim(absl::Time now);
-  absl::StatusOr<View> Observe();
-  // The devices that could serve a claim's one request now, in slice order.
-  std::vector<Held> Fit(const nlohmann::json& request, const View& view);
-  bool Matches(const std::string& expression, const model::SliceDevice& device,
-               const std::string& driver);
-  absl::Status Allocate(Tracked& claim, const View& view, absl::Time now);
+  absl::Status Allocate(Tracked& claim, const Scheduler::View& view, absl::Time now);
   absl::Status Prepare(Tracked& claim, absl::Time now);
   absl::Status Finish(Tracked& claim, absl::Time now);
-  void Release(const Tracked& claim);
   absl::Status DeleteClaim(const Tracked& claim);
   absl::Status SetPodPhase(const std::string& ns, const std::string& pod, const std::string& phase,
                            const std::string& node);
@@ -174,6 +152,7 @@ class Workload {
   const WorkloadOptions options_;
   k8s::KubeClient& client_;
   common::Clock& clock_;
+  Scheduler scheduler_;
   // Two streams: the claims made depend on the seed alone; run times and lingering also on
   // what could be scheduled.
   std::mt19937_64 kind_rng_;
@@ -181,11 +160,6 @@ class Workload {
   std::mt19937_64 load_rng_;
   int serial_ = 0;
   std::vector<Tracked> claims_;
-  std::set<std::string> allocated_;                        // pool/device
-  std::map<std::string, common::Quantity> counters_used_;  // pool/set/counter
-  std::map<std::string, common::Quantity> memory_used_;    // pool/device, by shares
-  int shares_ = 0;                                         // share IDs handed out
-  std::map<std::string, std::unique_ptr<cel::Program>> programs_;
 
   mutable absl::Mutex stats_mu_;
   Stats stats_ ABSL_GUARDED_BY(stats_mu_);
@@ -194,4 +168,4 @@ class Workload {
   std::unique_ptr<std::thread> thread_;
 };
 
-}  // namespace dralens::app
+}  // namespace dralens::sim

@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "src/k8s/client.h"
 
-namespace dralens::app {
+namespace dralens::sim {
 
 inline constexpr char kDemoGangWorkload[] = "train-llm";
 inline constexpr int kDemoGangPods = 4;
@@ -20,4 +20,4 @@ inline constexpr int kDemoGangGpusPerPod = 3;
 absl::Status CreateDemoGang(k8s::KubeClient& client, const std::string& ns,
                             const std::string& driver);
 
-}  // namespace dralens::app
+}  // namespace dralens::sim

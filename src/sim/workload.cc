@@ -1,19 +1,16 @@
-#include "src/app/workload.h"
+#include "src/sim/workload.h"
 
 #include <grpcpp/grpcpp.h>
 
-#include <algorithm>
 #include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
-#include "src/model/codec.h"
 
-namespace dralens::app {
+namespace dralens::sim {
 namespace {
 
 using nlohmann::json;
@@ -93,10 +90,6 @@ std::string ClaimError(const grpc::Status& status, const Response& response,
   return it == response.claims().end() ? "no answer for the claim" : it->second.error();
 }
 
-bool Blocks(const model::DeviceTaint& taint) {
-  return taint.effect == "NoSchedule" || taint.effect == "NoExecute";
-}
-
 }  // namespace
 
 absl::string_view ToString(WorkloadKind kind) {
@@ -146,6 +139,7 @@ Workload::Workload(WorkloadOptions options, k8s::KubeClient& client, common::Clo
     : options_(std::move(options)),
       client_(client),
       clock_(clock),
+      scheduler_(options_.driver_name, client, clock),
       kind_rng_(options_.seed),
       run_rng_(options_.seed ^ 0x9e3779b97f4a7c15ULL),
       load_rng_(options_.seed ^ 0xc2b2ae3d27d4eb4fULL) {}
@@ -330,221 +324,14 @@ absl::Status Workload::CreateClaim(absl::Time now) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Workload::View> Workload::Observe() {
-  View view;
-  ASSIGN_OR_RETURN(k8s::ListResult slices, client_.List(k8s::kResourceSlices, "", {}));
-  for (const json& item : slices.items) {
-    absl::StatusOr<model::ResourceSlice> slice = model::Decode<model::ResourceSlice>(item);
-    if (!slice.ok() || slice->spec.driver != options_.driver_name) {
-      continue;
-    }
-    for (const model::CounterSet& set : slice->spec.shared_counters) {
-      for (const auto& [name, counter] : set.counters) {
-        view.counter_capacity[absl::StrCat(slice->spec.pool.name, "/", set.name, "/", name)] =
-            counter.value;
-      }
-    }
-    view.slices.push_back(*std::move(slice));
-  }
-  ASSIGN_OR_RETURN(k8s::ListResult classes, client_.List(k8s::kDeviceClasses, "", {}));
-  for (const json& item : classes.items) {
-    absl::StatusOr<model::DeviceClass> c = model::Decode<model::DeviceClass>(item);
-    if (c.ok()) {
-      view.classes.emplace(c->metadata.name, *std::move(c));
-    }
-  }
-  return view;
-}
-
-bool Workload::Matches(const std::string& expression, const model::SliceDevice& device,
-                       const std::string& driver) {
-  std::unique_ptr<cel::Program>& program = programs_[expression];
-  if (program == nullptr) {
-    absl::StatusOr<cel::Program> compiled = cel::Program::Compile(expression);
-    if (!compiled.ok()) {
-      DLOG(kWarn, kComponent, "selector does not compile",
-           {{"expression", expression}, {"error", compiled.status().message()}});
-      programs_.erase(expression);
-      return false;
-    }
-    program = std::make_unique<cel::Program>(*std::move(compiled));
-  }
-  const cel::DeviceView view{driver, &device.attributes, &device.capacity};
-  return program->Evaluate(view).verdict == cel::Verdict::kTrue;
-}
-
-std::vector<Workload::Held> Workload::Fit(const json& request, const View& view) {
-  std::vector<Held> out;
-  const json& exactly = request["exactly"];
-  auto device_class = view.classes.find(exactly["deviceClassName"].get<std::string>());
-  if (device_class == view.classes.end()) {
-    return out;
-  }
-  std::vector<std::string> expressions;
-  for (const model::DeviceSelector& s : device_class->second.spec.selectors) {
-    if (s.cel.has_value()) {
-      expressions.push_back(s.cel->expression);
-    }
-  }
-  for (const json& s : exactly.value("selectors", json::array())) {
-    expressions.push_back(s["cel"]["expression"].get<std::string>());
-  }
-  // A share of consumable capacity goes only to devices that allow several allocations, and
-  // nothing else goes there.
-  std::optional<common::Quantity> share;
-  if (const json wanted = exactly.value("capacity", json::object())
-                              .value("requests", json::object())
-                              .value("memory", json());
-      wanted.is_string()) {
-    absl::StatusOr<common::Quantity> q = common::Quantity::Parse(wanted.get<std::string>());
-    if (!q.ok()) {
-      return out;
-    }
-    share = *q;
-  }
-  for (const model::ResourceSlice& slice : view.slices) {
-    const std::string& pool = slice.spec.pool.name;
-    for (const model::SliceDevice& device : slice.spec.devices) {
-      if (allocated_.count(absl::StrCat(pool, "/", device.name)) > 0 ||
-          std::any_of(device.taints.begin(), device.taints.end(), Blocks) ||
-          device.allow_multiple_allocations.value_or(false) != share.has_value()) {
-        continue;
-      }
-      if (share.has_value()) {
-        auto capacity = device.capacity.find("memory");
-        auto used = memory_used_.find(absl::StrCat(pool, "/", device.name));
-        common::Quantity total = used == memory_used_.end() ? common::Quantity() : used->second;
-        if (capacity == device.capacity.end() || !total.Add(*share).ok() ||
-            total > capacity->second.value) {
-          continue;
-        }
-      }
-      bool fits = true;
-      for (const model::DeviceCounterConsumption& c : device.consumes_counters) {
-        for (const auto& [name, counter] : c.counters) {
-          const std::string key = absl::StrCat(pool, "/", c.counter_set, "/", name);
-          auto capacity = view.counter_capacity.find(key);
-          common::Quantity used =
-              counters_used_.count(key) ? counters_used_[key] : common::Quantity();
-          fits = fits && capacity != view.counter_capacity.end() && used.Add(counter.value).ok() &&
-                 !(used > capacity->second);
-        }
-      }
-      for (const std::string& e : expressions) {
-        fits = fits && Matches(e, device, slice.spec.driver);
-      }
-      if (fits) {
-        out.push_back(Held{pool, device.name, device.consumes_counters, share});
-      }
-    }
-  }
-  return out;
-}
-
-absl::Status Workload::Allocate(Tracked& claim, const View& view, absl::Time now) {
-  ASSIGN_OR_RETURN(json object, client_.Get(k8s::kResourceClaims, claim.ns, claim.name));
-  const json& request = object["spec"]["devices"]["requests"][0];
-  const std::vector<Held> fits = Fit(request, view);
-  if (fits.empty()) {
+absl::Status Workload::Allocate(Tracked& claim, const Scheduler::View& view, absl::Time now) {
+  ASSIGN_OR_RETURN(std::optional<Scheduler::Allocation> allocation,
+                   scheduler_.Allocate(claim.ns, claim.name, claim.pods, view));
+  if (!allocation.has_value()) {
     return absl::OkStatus();  // stays pending; the cluster role says why
   }
-  // A stand-in that knows nothing of topology: a multi-device request goes to the first node
-  // with enough free devices, and takes that node's first one and the rest from the far end
-  // of its list, as an unconstrained request may get them from a real scheduler (on a
-  // two-socket node, across NUMA nodes).
-  const size_t count = request["exactly"].value("count", 1);
-  std::vector<Held> picks;
-  for (const Held& candidate : fits) {
-    std::vector<const Held*> same_pool;
-    for (const Held& h : fits) {
-      if (h.pool == candidate.pool) {
-        same_pool.push_back(&h);
-      }
-    }
-    if (same_pool.size() < count) {
-      continue;
-    }
-    picks.push_back(*same_pool.front());
-    for (auto it = same_pool.rbegin(); picks.size() < count; ++it) {
-      picks.push_back(**it);
-    }
-    break;
-  }
-  if (picks.empty()) {
-    return absl::OkStatus();  // no node has enough: stays pending
-  }
-  // The node of the pool (node-local pools are named after their node).
-  claim.node = picks.front().pool;
-  json config = json::array();
-  auto device_class = view.classes.find(request["exactly"]["deviceClassName"].get<std::string>());
-  if (device_class != view.classes.end()) {
-    for (const model::DeviceClassConfiguration& c : device_class->second.spec.config) {
-      if (c.opaque.has_value()) {
-        config.push_back(
-            {{"source", "FromClass"},
-             {"requests", json::array({"gpu"})},
-             {"opaque", {{"driver", c.opaque->driver}, {"parameters", c.opaque->parameters}}}});
-      }
-    }
-  }
-  for (const json& c : object["spec"]["devices"].value("config", json::array())) {
-    json entry = c;
-    entry["source"] = "FromClaim";
-    config.push_back(entry);
-  }
-  json results = json::array();
-  for (const Held& held : picks) {
-    json result = {{"request", "gpu"},
-                   {"driver", options_.driver_name},
-                   {"pool", held.pool},
-                   {"device", held.device}};
-    if (held.memory.has_value()) {
-      // The scheduler's share ID: a UID unique among the device's allocations.
-      result["shareID"] = absl::StrFormat("00000000-0000-4000-8000-%012d", ++shares_);
-      result["consumedCapacity"] = {{"memory", held.memory->String()}};
-    }
-    results.push_back(std::move(result));
-  }
-  json allocation = {
-      {"devices", {{"results", results}}},
-      {"nodeSelector",
-       {{"nodeSelectorTerms",
-         json::array(
-             {{{"matchFields", json::array({{{"key", "metadata.name"},
-                                             {"operator", "In"},
-                                             {"values", json::array({claim.node})}}})}}})}}}};
-  if (!config.empty()) {
-    allocation["devices"]["config"] = config;
-  }
-  // As kube-scheduler does with DRADeviceBindingConditions: when the allocation was made, which
-  // `dralens explain` prices a claim from.
-  allocation["allocationTimestamp"] =
-      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", clock_.Now(), absl::UTCTimeZone());
-  object["status"]["allocation"] = allocation;
-  json reserved = json::array();
-  for (const std::string& pod : claim.pods) {
-    auto p = client_.Get(k8s::kPods, claim.ns, pod);
-    RETURN_IF_ERROR(p.status());
-    reserved.push_back({{"resource", "pods"}, {"name", pod}, {"uid", (*p)["metadata"]["uid"]}});
-  }
-  object["status"]["reservedFor"] = reserved;
-  RETURN_IF_ERROR_CTX(client_.Update(k8s::kResourceClaims, claim.ns, object, "status").status(),
-                      absl::StrCat("allocate claim ", claim.name));
-  for (Held& held : picks) {
-    if (held.memory.has_value()) {
-      (void)memory_used_[absl::StrCat(held.pool, "/", held.device)].Add(*held.memory);
-    } else {
-      allocated_.insert(absl::StrCat(held.pool, "/", held.device));
-    }
-    for (const model::DeviceCounterConsumption& c : held.counters) {
-      for (const auto& [name, counter] : c.counters) {
-        common::Quantity& used =
-            counters_used_[absl::StrCat(held.pool, "/", c.counter_set, "/", name)];
-        (void)used.Add(counter.value);
-      }
-    }
-    claim.held.push_back(std::move(held));
-  }
+  claim.node = allocation->node;
+  claim.held = std::move(allocation->held);
   claim.state = State::kAllocated;
   {
     absl::MutexLock lock(&stats_mu_);
@@ -639,23 +426,6 @@ absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
   return DeleteClaim(claim);
 }
 
-void Workload::Release(const Tracked& claim) {
-  for (const Held& h : claim.held) {
-    if (h.memory.has_value()) {
-      (void)memory_used_[absl::StrCat(h.pool, "/", h.device)].Sub(*h.memory);
-    } else {
-      allocated_.erase(absl::StrCat(h.pool, "/", h.device));
-    }
-    for (const model::DeviceCounterConsumption& c : h.counters) {
-      for (const auto& [name, counter] : c.counters) {
-        common::Quantity& used =
-            counters_used_[absl::StrCat(h.pool, "/", c.counter_set, "/", name)];
-        (void)used.Sub(counter.value);
-      }
-    }
-  }
-}
-
 absl::Status Workload::DeleteClaim(const Tracked& claim) {
   absl::Status deleted = client_.Delete(k8s::kResourceClaims, claim.ns, claim.name, {});
   if (!deleted.ok() && !k8s::IsNotFound(deleted)) {
@@ -689,7 +459,7 @@ absl::Status Workload::Step() {
     if (claim.state == State::kRunning && claim.until <= now) {
       s = Finish(claim, now);
       if (s.ok() && claim.state == State::kRunning) {
-        Release(claim);
+        scheduler_.Release(claim.held);
         keep = false;
       }
     } else if ((claim.state == State::kLingering || claim.state == State::kPending) &&
@@ -699,7 +469,7 @@ absl::Status Workload::Step() {
       }
       s = DeleteClaim(claim);
       if (s.ok()) {
-        Release(claim);
+        scheduler_.Release(claim.held);
         keep = false;
       }
     }
@@ -722,7 +492,7 @@ absl::Status Workload::Step() {
   }
 
   // 3. Schedule and start what can run.
-  ASSIGN_OR_RETURN(View view, Observe());
+  ASSIGN_OR_RETURN(Scheduler::View view, scheduler_.Observe());
   for (Tracked& claim : claims_) {
     absl::Status s;
     if (claim.state == State::kPending && !claim.pods.empty()) {
@@ -749,4 +519,4 @@ absl::Status Workload::Step() {
   return absl::OkStatus();
 }
 
-}  // namespace dralens::app
+}  // namespace dralens::sim

@@ -1,10 +1,10 @@
-#include "src/app/demo_gang.h"
+#include "src/sim/demo_gang.h"
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "src/common/status.h"
 
-namespace dralens::app {
+namespace dralens::sim {
 
 absl::Status CreateDemoGang(k8s::KubeClient& client, const std::string& ns,
                             const std::string& driver) {
@@ -44,4 +44,4 @@ absl::Status CreateDemoGang(k8s::KubeClient& client, const std::string& ns,
   return absl::OkStatus();
 }
 
-}  // namespace dralens::app
+}  // namespace dralens::sim

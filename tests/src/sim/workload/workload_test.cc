@@ -2,7 +2,7 @@
 // H100 pair in dynamic-MIG mode and eight A100s): it makes the claim mix, never gives a device
 // (or a shared counter) to two claims, prepares through the real sockets, leaves some claims
 // pending and some allocated without a pod, and is reproducible for a seed.
-#include "src/app/workload.h"
+#include "src/sim/workload.h"
 
 #include <stdlib.h>
 
@@ -25,8 +25,11 @@
 #include "src/model/codec.h"
 #include "src/sim/api_server.h"
 
-namespace dralens::app {
+namespace dralens::sim {
 namespace {
+
+using app::NodeDriver;
+using app::NodeDriverOptions;
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -304,4 +307,4 @@ TEST_F(WorkloadTest, TheSameSeedMakesTheSameClaims) {
 }
 
 }  // namespace
-}  // namespace dralens::app
+}  // namespace dralens::sim
