@@ -1,5 +1,6 @@
 #include "src/k8s/projection.h"
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -41,20 +42,16 @@ absl::Status ProjectValue(V& value, const Projection& projection, json* out) {
     if (simdjson::error_code e = value.get_object().get(object)) {
       return Malformed(e);
     }
-    if (projection.whole()) {
-      std::string_view text;
-      if (simdjson::error_code e = object.raw_json().get(text)) {
-        return Malformed(e);
-      }
-      return ParseWhole(text, out);
-    }
     *out = json::object();
     for (simdjson::simdjson_result<od::field> field : object) {
       std::string_view key;
       if (simdjson::error_code e = field.unescaped_key().get(key)) {
         return Malformed(e);
       }
-      const Projection* child = projection.Field(absl::string_view(key.data(), key.size()));
+      // Within a value kept whole, every field is kept whole.
+      const Projection* child = projection.whole()
+                                    ? &projection
+                                    : projection.Field(absl::string_view(key.data(), key.size()));
       if (child == nullptr) {
         continue;  // the iterator skips the value
       }
@@ -75,13 +72,6 @@ absl::Status ProjectValue(V& value, const Projection& projection, json* out) {
     if (simdjson::error_code e = value.get_array().get(array)) {
       return Malformed(e);
     }
-    if (projection.whole()) {
-      std::string_view text;
-      if (simdjson::error_code e = array.raw_json().get(text)) {
-        return Malformed(e);
-      }
-      return ParseWhole(text, out);
-    }
     *out = json::array();
     for (simdjson::simdjson_result<od::value> element : array) {
       od::value element_value;
@@ -96,6 +86,16 @@ absl::Status ProjectValue(V& value, const Projection& projection, json* out) {
     }
     return absl::OkStatus();
   }
+  if (type == od::json_type::string) {
+    std::string_view text;
+    if (simdjson::error_code e = value.get_string().get(text)) {
+      return Malformed(e);
+    }
+    *out = std::string(text);
+    return absl::OkStatus();
+  }
+  // Numbers and literals: nlohmann reads the token, so that a number gets the same type
+  // (unsigned, signed or floating) and value as in a full parse.
   std::string_view token;
   // A document answers a plain string_view, a value a simdjson_result.
   simdjson::simdjson_result<std::string_view> raw = value.raw_json_token();
@@ -146,9 +146,17 @@ const Projection* Projection::Field(absl::string_view name) const {
 }
 
 absl::StatusOr<json> ParseProjected(absl::string_view text, const Projection& projection) {
-  // One parser and one padded copy of the text per thread: both keep their buffers.
-  thread_local od::parser parser;
-  thread_local std::string padded;
+  // Watch events reuse one parser and one padded copy of the text per thread; a LIST page
+  // (megabytes, and the parser needs several times that) gets its own, freed when it is done,
+  // so that five informers do not each keep their largest page's buffers for good.
+  constexpr size_t kReusedBelow = 256 << 10;
+  thread_local od::parser small_parser;
+  thread_local std::string small_padded;
+  std::optional<od::parser> large_parser;
+  std::string large_padded;
+  const bool small = text.size() < kReusedBelow;
+  od::parser& parser = small ? small_parser : large_parser.emplace();
+  std::string& padded = small ? small_padded : large_padded;
   padded.assign(text.data(), text.size());
   padded.resize(text.size() + simdjson::SIMDJSON_PADDING, ' ');
   od::document doc;

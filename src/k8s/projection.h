@@ -3,9 +3,10 @@
 // The cluster role reads a few fields of each Pod (its phase, its node, its claims) out of an
 // object of several kilobytes, most of it containers, volumes and conditions; a full DOM parse
 // of each watch event costs tens of microseconds and allocates every one of those fields.
-// ParseProjected walks the text with simdjson's On-Demand parser, skips what the projection does
-// not name without building it, and hands only the named values to nlohmann::json, so the
-// decoders downstream see the same values they would have seen in the full object.
+// ParseProjected walks the text once with simdjson's On-Demand parser, skips what the projection
+// does not name without building it, and builds only the named values as nlohmann::json
+// (strings unescaped by simdjson, numbers and literals read by nlohmann from their token), so
+// the decoders downstream see the same values, of the same types, as in a full parse.
 //
 // Rules:
 //  - a whole projection keeps the value as it is;
@@ -14,8 +15,9 @@
 //  - an array applies the projection to each element;
 //  - any other value (a string where an object was expected, null) is kept as it is, so a
 //    decoder reports the same error it would have without the projection.
-// Malformed text is an error. Values that the projection skips are checked for their structure
-// (brackets, strings, UTF-8), not for the spelling of their numbers and literals.
+// Malformed text is an error, as in a full parse. Values that the projection skips are checked
+// for their structure (brackets, strings, UTF-8), not for the spelling of their numbers and
+// literals.
 #pragma once
 
 #include <initializer_list>

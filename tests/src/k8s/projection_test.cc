@@ -116,6 +116,30 @@ TEST(ProjectionTest, MalformedTextIsAnError) {
   }
 }
 
+TEST(ProjectionTest, StringsAndNumbersReadAsAFullParseReadsThem) {
+  for (const char* text :
+       {R"({"s": "a\"b\\c\/d\b\f\n\r\t", "u": "\u00e9\u20ac\ud83d\ude00", "z": "\u0000"})",
+        R"({"n": [0, -1, 1.5, 1e3, -0, 18446744073709551615, 18446744073709551616,
+                  -9223372036854775808, -9223372036854775809, 1E-7, true, false, null]})"}) {
+    const json full = json::parse(text);
+    absl::StatusOr<json> got = ParseProjected(text, Projection());
+    ASSERT_TRUE(got.ok()) << text << ": " << got.status();
+    EXPECT_EQ(got->dump(), full.dump()) << text;
+    ASSERT_TRUE(got->contains("n") == full.contains("n"));
+    if (full.contains("n")) {
+      for (size_t i = 0; i < full["n"].size(); ++i) {
+        EXPECT_EQ((*got)["n"][i].type(), full["n"][i].type()) << i;
+      }
+    }
+  }
+  // What a full parse rejects in a kept value, a projected parse rejects too.
+  for (const char* text : {R"({"s": "\ud800"})", R"({"s": "\udc00x"})", R"({"s": "\x"})",
+                           R"({"s": "a	b"})", R"({"n": 01})", R"({"n": 1.})", R"({"n": -})"}) {
+    EXPECT_TRUE(json::parse(text, nullptr, false).is_discarded()) << text;
+    EXPECT_FALSE(ParseProjected(text, Projection()).ok()) << text;
+  }
+}
+
 TEST(ProjectionTest, WhitespaceAroundTheValueIsFine) {
   absl::StatusOr<json> got =
       ParseProjected("  \n{\"status\": {\"phase\": \"Running\"}}\n  ", PodFields());
