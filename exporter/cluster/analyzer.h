@@ -204,6 +204,10 @@ class Analyzer {
   void RefreshFree(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshNodeDevices(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecountLeaf(LeafCounts& leaf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MoveFreeNode(LeafCounts& leaf, const std::string& node, int delta)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks dirty the nodes with free devices that fit `request` (any of its alternatives).
+  void MarkShapeNodesDirty(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingReason ReasonOfLeaf(const LeafCounts& leaf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingReason ScanReason(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RegisterShape(const PendingShape& shape, const std::string& signature)
@@ -314,17 +318,14 @@ class Analyzer {
   std::unordered_map<Key, bool> pods_running_ ABSL_GUARDED_BY(mu_);         // "ns/name" -> Running
   std::unordered_map<Key, std::set<Key>> pod_claims_ ABSL_GUARDED_BY(mu_);  // pod -> reserving
   std::set<Key> pending_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int> pending_per_class_ ABSL_GUARDED_BY(mu_);
   // Request shapes of the pending claims, with the pending claims that hold each, oldest first.
   std::map<std::string, std::unique_ptr<PendingShape>> pending_requests_ ABSL_GUARDED_BY(mu_);
 
   // Dirty sets, applied by Flush().
   std::set<std::string> dirty_nodes_ ABSL_GUARDED_BY(mu_);
   bool capacity_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Every node's free_while_pending attribution may move (the classes changed).
   bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;
-  // The longest-pending claim of some request shape changed: free_while_pending attribution
-  // may move on any node.
-  bool oldest_pending_changed_ ABSL_GUARDED_BY(mu_) = false;
   // Leaf requests (a request, or one alternative of a firstAvailable request) of the pending
   // shapes, by signature, with their counts; the ones whose counts moved since the last Flush.
   std::map<std::string, std::unique_ptr<LeafCounts>> leaves_ ABSL_GUARDED_BY(mu_);

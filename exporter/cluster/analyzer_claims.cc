@@ -295,20 +295,21 @@ void Analyzer::RefreshClaimState(Claim& claim) {
 void Analyzer::EnterPending(Claim& claim) {
   claim.pending = true;
   pending_.insert(claim.key);
-  if (pending_per_class_[claim.device_class]++ == 0) {
-    pending_shape_changed_ = true;
-  }
+  // free_while_pending goes to the class of the longest-pending claim that a node's free GPUs
+  // could serve: when a shape appears or its longest-pending claim changes, only the nodes with
+  // free devices that fit it can see their attribution move.
   for (const auto& r : claim.requests) {
     std::unique_ptr<PendingShape>& shape = pending_requests_[r->signature];
     if (shape == nullptr) {
+      // The first pending shape: free MIG fragments may now count as unplaceable anywhere.
+      pending_shape_changed_ = pending_shape_changed_ || pending_requests_.size() == 1;
       shape = std::make_unique<PendingShape>();
       shape->request = r;
-      pending_shape_changed_ = true;
       RegisterShape(*shape, r->signature);
     }
     auto [it, inserted] = shape->claims.emplace(claim.created, claim.key);
     if (inserted && it == shape->claims.begin()) {
-      oldest_pending_changed_ = true;
+      MarkShapeNodesDirty(*shape->request);
     }
   }
   UpdatePendingSeries(claim);
@@ -317,10 +318,6 @@ void Analyzer::EnterPending(Claim& claim) {
 void Analyzer::LeavePending(Claim& claim) {
   claim.pending = false;
   pending_.erase(claim.key);
-  if (--pending_per_class_[claim.device_class] == 0) {
-    pending_per_class_.erase(claim.device_class);
-    pending_shape_changed_ = true;
-  }
   for (const auto& r : claim.requests) {
     auto it = pending_requests_.find(r->signature);
     if (it == pending_requests_.end()) {
@@ -330,14 +327,15 @@ void Analyzer::LeavePending(Claim& claim) {
     auto c = claims.find({claim.created, claim.key});
     if (c != claims.end()) {
       if (c == claims.begin()) {
-        oldest_pending_changed_ = true;
+        MarkShapeNodesDirty(*it->second->request);  // before the shape's leaves may go
       }
       claims.erase(c);
     }
     if (claims.empty()) {
       UnregisterShape(*it->second, it->first);
       pending_requests_.erase(it);
-      pending_shape_changed_ = true;
+      // No pending claim left: free capacity is stranded nowhere.
+      pending_shape_changed_ = pending_shape_changed_ || pending_requests_.empty();
     }
   }
   UpdatePendingSeries(claim);

@@ -57,12 +57,11 @@ void Analyzer::Flush() {
       UpdatePendingSeries(*claims_by_key_.at(key));
     }
   }
-  if (pending_shape_changed_ || oldest_pending_changed_) {
+  if (pending_shape_changed_) {
     MarkAllNodesDirty();
   }
   capacity_changed_ = false;
   pending_shape_changed_ = false;
-  oldest_pending_changed_ = false;
   std::set<std::string> dirty;
   dirty.swap(dirty_nodes_);
   for (const std::string& node : dirty) {

@@ -46,7 +46,10 @@ void Analyzer::CountDevice(Device& device, int sign) {
     leaf->unknown += sign * Unknown(m);
     leaf->matching += sign * Matching(m);
     leaf->untainted += sign * Untainted(m);
-    leaf->free += sign * (Untainted(m) && device.counted_free);
+    if (Untainted(m) && device.counted_free) {
+      leaf->free += sign;
+      MoveFreeNode(*leaf, device.node, sign);
+    }
     dirty_leaves_.insert(signature);
   }
 }
@@ -63,6 +66,7 @@ void Analyzer::RefreshFree(Device& device) {
   for (auto& [signature, leaf] : leaves_) {
     if (Untainted(LeafMatch(*leaf->request, device))) {
       leaf->free += free ? 1 : -1;
+      MoveFreeNode(*leaf, device.node, free ? 1 : -1);
       dirty_leaves_.insert(signature);
     }
   }
@@ -80,6 +84,7 @@ void Analyzer::RefreshNodeDevices(const std::string& node) {
 
 void Analyzer::RecountLeaf(LeafCounts& leaf) {
   leaf.unknown = leaf.matching = leaf.untainted = leaf.free = 0;
+  leaf.free_nodes.clear();
   for (const auto* index : {&class_devices_, &class_unknown_}) {
     auto keys = index->find(leaf.request->device_class);
     if (keys == index->end()) {
@@ -94,7 +99,10 @@ void Analyzer::RecountLeaf(LeafCounts& leaf) {
       leaf.unknown += Unknown(m);
       leaf.matching += Matching(m);
       leaf.untainted += Untainted(m);
-      leaf.free += Untainted(m) && d.counted_free;
+      if (Untainted(m) && d.counted_free) {
+        ++leaf.free;
+        MoveFreeNode(leaf, d.node, 1);
+      }
     }
   }
   dirty_leaves_.insert(leaf.request->signature);
@@ -115,6 +123,31 @@ PendingReason Analyzer::ReasonOfLeaf(const LeafCounts& leaf) const {
     return PendingReason::kNoCapacity;
   }
   return PendingReason::kWaitingForPod;
+}
+
+void Analyzer::MoveFreeNode(LeafCounts& leaf, const std::string& node, int delta) {
+  auto [it, inserted] = leaf.free_nodes.try_emplace(node, 0);
+  it->second += delta;
+  if (it->second <= 0) {
+    leaf.free_nodes.erase(it);
+  }
+}
+
+void Analyzer::MarkShapeNodesDirty(const Request& request) {
+  std::vector<const Request*> parts;
+  for (const auto& alt : request.alternatives) {
+    parts.push_back(alt.get());
+  }
+  if (parts.empty()) {
+    parts.push_back(&request);
+  }
+  for (const Request* part : parts) {
+    if (auto leaf = leaves_.find(part->signature); leaf != leaves_.end()) {
+      for (const auto& [node, n] : leaf->second->free_nodes) {
+        dirty_nodes_.insert(node);
+      }
+    }
+  }
 }
 
 void Analyzer::RegisterShape(const PendingShape& shape, const std::string& signature) {

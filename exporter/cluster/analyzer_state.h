@@ -142,6 +142,9 @@ struct Analyzer::LeafCounts {
   std::shared_ptr<Request> request;
   std::set<std::string> shapes;  // signatures of the pending shapes that use it
   int64_t unknown = 0, matching = 0, untainted = 0, free = 0;
+  // The nodes of the free devices counted in `free`, with how many each has: where a change of
+  // this leaf's longest-pending claim can move free_while_pending attribution.
+  std::map<std::string, int> free_nodes;
   std::optional<PendingReason> last;  // the reason the pending claims were last given
 };
 

@@ -104,6 +104,22 @@ void BM_ClaimEvent(benchmark::State& state) {
 }
 BENCHMARK(BM_ClaimEvent)->Unit(benchmark::kMicrosecond);
 
+// A scheduler that serves claims in order: the longest-pending claim of a request shape is
+// allocated, then released (alternating), so the shape's longest-pending claim changes with
+// every event and free_while_pending attribution must be looked at again where it could move.
+void BM_AllocateOldestPending(benchmark::State& state) {
+  World& w = TheWorld();
+  const int oldest = kClaims * 3 / 4;  // "ns-0/claim-7500": first of the pending by key
+  int i = 0;
+  for (auto _ : state) {
+    w.analyzer->UpsertClaim(ClaimFor(oldest, i % 2 == 0));
+    ++i;
+  }
+  w.analyzer->UpsertClaim(ClaimFor(oldest, false));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_AllocateOldestPending)->Unit(benchmark::kMicrosecond);
+
 // One event that changes no capacity: a pod of an allocated claim starts or stops.
 void BM_PodEvent(benchmark::State& state) {
   World& w = TheWorld();
