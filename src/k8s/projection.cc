@@ -23,6 +23,12 @@ absl::Status Malformed(simdjson::error_code error) {
 
 // A value kept whole: its text, parsed as a full parse would.
 absl::Status ParseWhole(std::string_view text, json* out) {
+  // nlohmann takes a NUL byte for the end of the input and would accept "1\0garbage" as 1;
+  // a NUL is never valid JSON text (outside strings it is no token, inside one it must be
+  // escaped), and simdjson leaves one inside a scalar's token.
+  if (text.find('\0') != std::string_view::npos) {
+    return absl::InvalidArgumentError("malformed JSON: NUL byte");
+  }
   *out = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (out->is_discarded()) {
     return absl::InvalidArgumentError("malformed JSON value");
@@ -164,6 +170,19 @@ absl::StatusOr<json> ParseProjected(absl::string_view text, const Projection& pr
     return Malformed(e);
   }
   json out;
+  // A scalar document has nothing to project. simdjson does not move past a root scalar when
+  // it hands out its raw token, so the check for content after the value below would reject
+  // every one ("1", "true"); the full parse judges the text instead, trailing content included.
+  bool scalar = false;
+  if (simdjson::error_code e = doc.is_scalar().get(scalar)) {
+    return Malformed(e);
+  }
+  if (scalar) {
+    if (absl::Status s = ParseWhole(std::string_view(text.data(), text.size()), &out); !s.ok()) {
+      return s;
+    }
+    return out;
+  }
   if (absl::Status s = ProjectValue(doc, projection, &out); !s.ok()) {
     return s;
   }

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "src/k8s/projection.h"
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
 #include "tests/testing/time_scale.h"
@@ -62,6 +63,7 @@ class Mirror {
       absl::MutexLock lock(&mu_);
       EXPECT_FALSE(state_.contains(ObjectKey(o))) << "add of a known object " << ObjectKey(o);
       state_[ObjectKey(o)] = Rv(o);
+      objects_[ObjectKey(o)] = o;
       ++adds_;
     };
     h.on_update = [this](const nlohmann::json& old_object, const nlohmann::json& o) {
@@ -72,11 +74,13 @@ class Mirror {
       ++updates_;
       EXPECT_TRUE(state_.contains(ObjectKey(o))) << "update of an unknown object " << ObjectKey(o);
       state_[ObjectKey(o)] = Rv(o);
+      objects_[ObjectKey(o)] = o;
     };
     h.on_delete = [this](const nlohmann::json& o) {
       absl::MutexLock lock(&mu_);
       EXPECT_TRUE(state_.contains(ObjectKey(o))) << "delete of an unknown object " << ObjectKey(o);
       state_.erase(ObjectKey(o));
+      objects_.erase(ObjectKey(o));
       ++deletes_;
     };
     return h;
@@ -93,10 +97,16 @@ class Mirror {
     absl::MutexLock lock(&mu_);
     return updates_;
   }
+  // The last object the handlers were given for each key still present.
+  std::map<std::string, nlohmann::json> objects() {
+    absl::MutexLock lock(&mu_);
+    return objects_;
+  }
 
  private:
   absl::Mutex mu_;
   State state_;
+  std::map<std::string, nlohmann::json> objects_;
   int adds_ = 0;
   int deletes_ = 0;
   int updates_ = 0;
@@ -151,6 +161,7 @@ class InformerTest : public ::testing::Test {
     options.min_watch_duration = absl::Milliseconds(200);
     options.metrics = metrics_.get();
     options.keep_objects = keep_objects_;
+    options.projection = projection_;
     informer_ = std::make_unique<Informer>(*client_, type, options);
     informer_->SetHandlers(mirror_.Handlers());
     informer_->Start();
@@ -286,6 +297,7 @@ class InformerTest : public ::testing::Test {
   Mirror mirror_;
   std::unique_ptr<Informer> informer_;
   bool keep_objects_ = true;
+  std::shared_ptr<const Projection> projection_;  // for StartInformer
 };
 
 // The convergence tests, for an informer that keeps objects and for one that keeps hashes only
@@ -617,6 +629,161 @@ TEST_F(InformerTest, HashesOnlyDeletesVanishedObjectsWithTheirNamespace) {
   }
   absl::MutexLock lock(&mu);
   EXPECT_THAT(deleted, ::testing::UnorderedElementsAre("ns/b", "ns/d"));
+}
+
+// ---------- projections against the real server ----------
+
+// A Pod with what a projection is there to drop: containers, volumes, labels.
+nlohmann::json BigPod(const std::string& name) {
+  nlohmann::json pod = Pod(name);
+  pod["metadata"]["labels"] = {{"app", "train"}};
+  pod["spec"]["nodeName"] = "node-1";
+  pod["spec"]["volumes"] = {{{"name", "data"}, {"emptyDir", nlohmann::json::object()}}};
+  pod["spec"]["resourceClaims"] = {{{"name", "gpu"}, {"resourceClaimName", "c-1"}}};
+  return pod;
+}
+
+// Keeps kind and apiVersion too, so that the client's defaulting of both adds nothing and a
+// projected object must equal the projection of the full one exactly.
+std::shared_ptr<const Projection> PodProjection() {
+  return std::make_shared<const Projection>(Projection::Paths(
+      {"apiVersion", "kind", "metadata.name", "metadata.namespace", "metadata.uid",
+       "metadata.resourceVersion", "spec.nodeName", "spec.resourceClaims", "status.phase"}));
+}
+
+void ExpectProjectedPod(const nlohmann::json& pod) {
+  ASSERT_TRUE(pod.is_object()) << pod.dump();
+  EXPECT_TRUE(pod["metadata"].contains("name")) << pod.dump();
+  EXPECT_TRUE(pod["metadata"].contains("resourceVersion")) << pod.dump();
+  EXPECT_FALSE(pod["metadata"].contains("labels")) << pod.dump();
+  EXPECT_FALSE(pod["spec"].contains("containers")) << pod.dump();
+  EXPECT_FALSE(pod["spec"].contains("volumes")) << pod.dump();
+  EXPECT_EQ(pod["spec"]["nodeName"], "node-1");
+  EXPECT_EQ(Project(pod, *PodProjection()), pod) << "keeps more than the projection names";
+}
+
+TEST_F(InformerTest, ProjectedListKeepsExactlyTheProjectedFields) {
+  for (const char* name : {"a", "b", "c", "d", "e"}) {
+    ASSERT_TRUE(client_->Create(kPods, "ns", BigPod(name)).ok());
+  }
+  auto full = ListAll(*client_, kPods, "ns", ListOptions());
+  ASSERT_TRUE(full.ok()) << full.status();
+  std::map<std::string, nlohmann::json> by_key;
+  for (const nlohmann::json& item : full->items) {
+    by_key[ObjectKey(item)] = item;
+  }
+  ListOptions options;
+  options.limit = 2;  // three pages, each projected
+  options.projection = PodProjection();
+  auto projected = ListAll(*client_, kPods, "ns", options);
+  ASSERT_TRUE(projected.ok()) << projected.status();
+  ASSERT_EQ(projected->items.size(), 5u);
+  EXPECT_EQ(projected->resource_version, full->resource_version);  // the list's metadata is whole
+  for (const nlohmann::json& item : projected->items) {
+    ExpectProjectedPod(item);
+    ASSERT_TRUE(by_key.contains(ObjectKey(item))) << item.dump();
+    EXPECT_EQ(item, Project(by_key[ObjectKey(item)], *options.projection));
+  }
+}
+
+TEST_F(InformerTest, ProjectedWatchKeepsExactlyTheProjectedFields) {
+  auto start = ListAll(*client_, kPods, "ns", ListOptions());
+  ASSERT_TRUE(start.ok()) << start.status();
+  auto created = client_->Create(kPods, "ns", BigPod("w"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto patched =
+      client_->MergePatch(kPods, "ns", "w", {{"status", {{"phase", "Running"}}}}, "status");
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  ASSERT_TRUE(client_->Delete(kPods, "ns", "w", DeleteOptions()).ok());
+
+  WatchOptions options;
+  options.resource_version = start->resource_version;
+  options.timeout_seconds = 5;
+  options.projection = PodProjection();
+  std::vector<WatchEvent> events;
+  absl::Status status = client_->Watch(
+      kPods, "ns", options,
+      [&](const WatchEvent& event) {
+        if (event.type != WatchEventType::kBookmark) {
+          events.push_back(event);
+        }
+        return event.type != WatchEventType::kDeleted;
+      },
+      nullptr);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].type, WatchEventType::kAdded);
+  EXPECT_EQ(events[0].object, Project(*created, *options.projection));
+  EXPECT_EQ(events[1].type, WatchEventType::kModified);
+  EXPECT_EQ(events[1].object, Project(*patched, *options.projection));
+  EXPECT_EQ(events[1].object["status"]["phase"], "Running");
+  EXPECT_EQ(events[2].type, WatchEventType::kDeleted);
+  for (const WatchEvent& event : events) {
+    ExpectProjectedPod(event.object);
+  }
+}
+
+// An ERROR event carries a Status, not an object of the watched type: the projection of the
+// type must not cut its code, or the informer would never learn to relist.
+TEST_F(InformerTest, GoneOnAProjectedWatchIsStillGone) {
+  Create("a");
+  auto list = ListAll(*client_, kNodes, "", ListOptions());
+  ASSERT_TRUE(list.ok()) << list.status();
+  WatchOptions options;
+  options.resource_version = list->resource_version;
+  options.timeout_seconds = 5;
+  options.projection = std::make_shared<const Projection>(Projection::Paths({"metadata.name"}));
+  auto ignore = [](const WatchEvent&) { return true; };
+
+  // The fault: the watch's first line is an ERROR event with a 410 Expired Status.
+  Inject(FaultRule::Kind::kGone, "watch", 1);
+  absl::Status status = client_->Watch(kNodes, "", options, ignore, nullptr);
+  EXPECT_TRUE(IsGone(status)) << status;
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
+  EXPECT_THAT(status.message(), ::testing::HasSubstr("too old resource version"));
+
+  // The server's own answer to a version older than its compacted history: the same event.
+  Create("b");
+  server_->CompactHistory();
+  status = client_->Watch(kNodes, "", options, ignore, nullptr);
+  EXPECT_TRUE(IsGone(status)) << status;
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange) << status;
+}
+
+// The cluster role's informers: hashes only, objects projected. A relist after 410 compares the
+// hashes of projected objects with the hashes of projected objects, and must still converge.
+TEST_F(InformerTest, HashesOnlyWithAProjectionConvergesThroughARelist) {
+  keep_objects_ = false;
+  // With kind and apiVersion, which the client adds when they are missing.
+  projection_ = std::make_shared<const Projection>(
+      Projection::Paths({"apiVersion", "kind", "metadata.name", "metadata.uid",
+                         "metadata.resourceVersion", "metadata.labels.color"}));
+  Churn("a-");
+  StartInformer();
+  ASSERT_TRUE(informer_->WaitForSync(kDeadline));
+  ExpectConverged();
+  // The next watch is told its resourceVersion expired, while objects vanish, change and appear.
+  Inject(FaultRule::Kind::kGone, "watch", 1);
+  server_->DropWatches();
+  Remove("a-0");
+  Recolor("a-2", "black");
+  Churn("b-");
+  DropWatchesUntil([&] { return Restarts("gone") >= 1; });
+  ExpectConverged();
+  EXPECT_GE(Restarts("gone"), 1);
+  EXPECT_GE(informer_->ListCountForTest(), 2);
+  EXPECT_GE(mirror_.deletes(), 1);  // a-0, by the relist (b-3 only if a watch saw it live)
+  // The handlers saw projected objects, with the server's current colours.
+  std::map<std::string, nlohmann::json> seen = mirror_.objects();
+  auto server = ListAll(*client_, kNodes, "", ListOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_EQ(seen.size(), server->items.size());
+  for (const nlohmann::json& live : server->items) {
+    const nlohmann::json& object = seen[ObjectKey(live)];
+    EXPECT_EQ(object, Project(live, *projection_)) << ObjectKey(live);
+    EXPECT_FALSE(object["metadata"]["labels"].contains("test")) << object.dump();
+  }
+  EXPECT_EQ(seen["a-2"]["metadata"]["labels"]["color"], "black");
 }
 
 // ---------- verbs against the real server ----------

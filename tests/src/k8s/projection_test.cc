@@ -140,6 +140,36 @@ TEST(ProjectionTest, StringsAndNumbersReadAsAFullParseReadsThem) {
   }
 }
 
+// Found by tests/fuzz/projection_fuzzer: every scalar document was rejected as "content after
+// the value", since simdjson's iterator stays on a root scalar after handing out its token.
+TEST(ProjectionTest, AScalarDocumentIsKeptAsAFullParseKeepsIt) {
+  for (const char* text :
+       {"1", " -12.5e-3 ", "true", "false", "null", "\"x\"", " \"\\u00e9\" \n"}) {
+    for (const Projection& p : {Projection(), PodFields()}) {
+      absl::StatusOr<json> got = ParseProjected(text, p);
+      ASSERT_TRUE(got.ok()) << text << ": " << got.status();
+      EXPECT_EQ(*got, json::parse(text)) << text;
+    }
+  }
+  for (const char* text : {"1 2", "1 x", "true false", "\"x\" 1", "tru", "-", "1.", "\"x"}) {
+    EXPECT_FALSE(ParseProjected(text, PodFields()).ok()) << text;
+    EXPECT_FALSE(ParseProjected(text, Projection()).ok()) << text;
+  }
+}
+
+// Found while fuzzing (tests/fuzz/projection_fuzzer): nlohmann takes a NUL byte for the end of
+// its input, so a kept value whose token ran on past a NUL ("1\0x") parsed as the part before it
+// and text that a full parse rejects was accepted.
+TEST(ProjectionTest, ANulByteIsAnError) {
+  using std::string_literals::operator""s;
+  for (const std::string& text :
+       {"1\0x"s, "1\0"s, "{\"status\": {\"phase\": 1\0x}}"s, "{\"status\": 1\0}"s,
+        "{\"status\": \"a\0b\"}"s, "{\"status\": {}}\0"s, "\0{}"s}) {
+    EXPECT_FALSE(ParseProjected(text, PodFields()).ok()) << text.size();
+    EXPECT_FALSE(ParseProjected(text, Projection()).ok()) << text.size();
+  }
+}
+
 TEST(ProjectionTest, WhitespaceAroundTheValueIsFine) {
   absl::StatusOr<json> got =
       ParseProjected("  \n{\"status\": {\"phase\": \"Running\"}}\n  ", PodFields());
