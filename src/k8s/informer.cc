@@ -227,6 +227,7 @@ void Informer::Run() {
   while (!stopping()) {
     if (need_list) {
       absl::Status listed = ListAndReconcile();
+      ReleaseProjectionBuffers();  // a LIST page's parse buffers are megabytes
       if (!listed.ok()) {
         if (stopping()) {
           break;

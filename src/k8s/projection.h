@@ -56,6 +56,10 @@ class Projection {
 // InvalidArgument on malformed text.
 absl::StatusOr<nlohmann::json> ParseProjected(absl::string_view text, const Projection& projection);
 
+// ParseProjected keeps its parse buffers per thread (a LIST page's are megabytes); this frees
+// the calling thread's, e.g. once an informer's LIST is done.
+void ReleaseProjectionBuffers();
+
 // The same projection applied to a parsed value: what ParseProjected returns for its text.
 nlohmann::json Project(const nlohmann::json& value, const Projection& projection);
 
