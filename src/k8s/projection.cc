@@ -1,6 +1,5 @@
 #include "src/k8s/projection.h"
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
