@@ -684,7 +684,7 @@ absl::Status RestClient::Watch(const ResourceType& type, absl::string_view ns,
         event = projected.ok() ? *std::move(projected)
                                : nlohmann::json(nlohmann::json::value_t::discarded);
         // An ERROR event carries a Status, which the projection of the watched type would cut.
-        if (!event.is_discarded() && event.value("type", nlohmann::json()) == "ERROR") {
+        if (event.is_object() && event.value("type", nlohmann::json()) == "ERROR") {
           event = nlohmann::json::parse(line, nullptr, false);
         }
       } else {

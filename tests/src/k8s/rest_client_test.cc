@@ -523,25 +523,37 @@ TEST_F(RestClientTest, WatchTruncatedOrMalformedEventIsDataLoss) {
       std::string events =
           R"({"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"3"}}})"
           "\n";
-      events += v == 0 ? R"({"type":"MODIFIED","object":{"metadata":{"na)" : "this is not json\n";
+      // A truncated event, text that is no JSON, and JSON that is no event object.
+      const char* second[] = {R"({"type":"MODIFIED","object":{"metadata":{"na)",
+                              "this is not json\n", "[\"ERROR\"]\n", "\"ERROR\"\n", "42\n"};
+      events += second[v];
       sink.write(events.data(), events.size());
       sink.done();
       return true;
     });
   });
   auto client = NewClient();
-  for (int v = 0; v < 2; ++v) {
-    variant = v;
-    int events = 0;
-    absl::Status status = client->Watch(
-        kNodes, "", {},
-        [&](const WatchEvent&) {
-          ++events;
-          return true;
-        },
-        nullptr);
-    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-    EXPECT_EQ(events, 1);
+  for (int v = 0; v < 5; ++v) {
+    // Parsed whole, and through a projection (which reads the event's type first).
+    for (bool projected : {false, true}) {
+      variant = v;
+      int events = 0;
+      WatchOptions options;
+      if (projected) {
+        options.projection =
+            std::make_shared<const Projection>(Projection::Paths({"metadata.name"}));
+      }
+      absl::Status status = client->Watch(
+          kNodes, "", options,
+          [&](const WatchEvent&) {
+            ++events;
+            return true;
+          },
+          nullptr);
+      EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss)
+          << "variant " << v << " projected " << projected << ": " << status;
+      EXPECT_EQ(events, 1);
+    }
   }
 }
 
