@@ -204,10 +204,14 @@ class Analyzer {
   void RefreshFree(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshNodeDevices(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecountLeaf(LeafCounts& leaf) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MoveFreeNode(LeafCounts& leaf, const std::string& node, int delta)
+  // The leaf requests of a request: its alternatives (firstAvailable), else itself.
+  static std::vector<std::shared_ptr<Request>> LeavesOf(const std::shared_ptr<Request>& request);
+  // Moves a leaf's free count, and the count of its free devices on `node`, by `delta`.
+  void MoveFree(LeafCounts& leaf, const std::string& node, int delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks dirty the nodes with free devices that fit `request` (any of its alternatives).
-  void MarkShapeNodesDirty(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkShapeNodesDirty(const std::shared_ptr<Request>& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingReason ReasonOfLeaf(const LeafCounts& leaf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingReason ScanReason(const Request& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RegisterShape(const PendingShape& shape, const std::string& signature)

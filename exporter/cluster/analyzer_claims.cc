@@ -309,7 +309,7 @@ void Analyzer::EnterPending(Claim& claim) {
     }
     auto [it, inserted] = shape->claims.emplace(claim.created, claim.key);
     if (inserted && it == shape->claims.begin()) {
-      MarkShapeNodesDirty(*shape->request);
+      MarkShapeNodesDirty(shape->request);
     }
   }
   UpdatePendingSeries(claim);
@@ -327,7 +327,7 @@ void Analyzer::LeavePending(Claim& claim) {
     auto c = claims.find({claim.created, claim.key});
     if (c != claims.end()) {
       if (c == claims.begin()) {
-        MarkShapeNodesDirty(*it->second->request);  // before the shape's leaves may go
+        MarkShapeNodesDirty(it->second->request);  // before the shape's leaves may go
       }
       claims.erase(c);
     }

@@ -98,9 +98,12 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
       if (!free || !sure) {
         continue;
       }
-      // The NoSchedule/NoExecute taint the request does not tolerate, if any.
+      // The NoSchedule/NoExecute taint the request does not tolerate, if any (only a device the
+      // selectors keep out, or a tainted match, can have one that matters).
       const model::DeviceTaint* untolerated =
-          fit::UntoleratedTaint(d.spec.taints, leaf->tolerations);
+          m == fit::Match::kNoMatch || m == fit::Match::kTainted
+              ? fit::UntoleratedTaint(d.spec.taints, leaf->tolerations)
+              : nullptr;
       if (m == fit::Match::kNoMatch && untolerated == nullptr) {
         // The class matches; is it one of the request's selectors alone that keeps it out (every
         // other one surely true)?

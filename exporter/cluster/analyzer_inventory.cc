@@ -100,13 +100,10 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     d->profile = StringAttribute(sd, "profile");
     d->multi = sd.allow_multiple_allocations.value_or(false);
     d->tainted = std::any_of(sd.taints.begin(), sd.taints.end(), fit::Blocking);
-    for (const model::DeviceCounterConsumption& c : sd.consumes_counters) {
-      std::map<std::string, double> counters;
-      for (const auto& [counter, value] : c.counters) {
-        counters[counter] = value.value.AsApproximateDouble();
-      }
-      std::string set_key = DeviceKey(spec.driver, spec.pool.name, c.counter_set);
-      d->consumes.emplace_back(set_key, std::move(counters));
+    // Counter sets by their key across pools.
+    d->consumes = fit::ConsumptionOf(sd);
+    for (auto& [set, counters] : d->consumes) {
+      set = DeviceKey(spec.driver, spec.pool.name, set);
     }
     double slices = 0;
     for (const auto& [name, value] : sd.capacity) {

@@ -47,8 +47,7 @@ void Analyzer::CountDevice(Device& device, int sign) {
     leaf->matching += sign * Matching(m);
     leaf->untainted += sign * Untainted(m);
     if (Untainted(m) && device.counted_free) {
-      leaf->free += sign;
-      MoveFreeNode(*leaf, device.node, sign);
+      MoveFree(*leaf, device.node, sign);
     }
     dirty_leaves_.insert(signature);
   }
@@ -65,8 +64,7 @@ void Analyzer::RefreshFree(Device& device) {
   device.counted_free = free;
   for (auto& [signature, leaf] : leaves_) {
     if (Untainted(LeafMatch(*leaf->request, device))) {
-      leaf->free += free ? 1 : -1;
-      MoveFreeNode(*leaf, device.node, free ? 1 : -1);
+      MoveFree(*leaf, device.node, free ? 1 : -1);
       dirty_leaves_.insert(signature);
     }
   }
@@ -100,8 +98,7 @@ void Analyzer::RecountLeaf(LeafCounts& leaf) {
       leaf.matching += Matching(m);
       leaf.untainted += Untainted(m);
       if (Untainted(m) && d.counted_free) {
-        ++leaf.free;
-        MoveFreeNode(leaf, d.node, 1);
+        MoveFree(leaf, d.node, 1);
       }
     }
   }
@@ -125,23 +122,25 @@ PendingReason Analyzer::ReasonOfLeaf(const LeafCounts& leaf) const {
   return PendingReason::kWaitingForPod;
 }
 
-void Analyzer::MoveFreeNode(LeafCounts& leaf, const std::string& node, int delta) {
-  auto [it, inserted] = leaf.free_nodes.try_emplace(node, 0);
-  it->second += delta;
-  if (it->second <= 0) {
-    leaf.free_nodes.erase(it);
+std::vector<std::shared_ptr<Analyzer::Request>> Analyzer::LeavesOf(
+    const std::shared_ptr<Request>& request) {
+  if (request->alternatives.empty()) {
+    return {request};
+  }
+  return request->alternatives;
+}
+
+void Analyzer::MoveFree(LeafCounts& leaf, const std::string& node, int delta) {
+  leaf.free += delta;
+  int& on_node = leaf.free_nodes[node];
+  on_node += delta;
+  if (on_node <= 0) {
+    leaf.free_nodes.erase(node);
   }
 }
 
-void Analyzer::MarkShapeNodesDirty(const Request& request) {
-  std::vector<const Request*> parts;
-  for (const auto& alt : request.alternatives) {
-    parts.push_back(alt.get());
-  }
-  if (parts.empty()) {
-    parts.push_back(&request);
-  }
-  for (const Request* part : parts) {
+void Analyzer::MarkShapeNodesDirty(const std::shared_ptr<Request>& request) {
+  for (const std::shared_ptr<Request>& part : LeavesOf(request)) {
     if (auto leaf = leaves_.find(part->signature); leaf != leaves_.end()) {
       for (const auto& [node, n] : leaf->second->free_nodes) {
         dirty_nodes_.insert(node);
@@ -151,11 +150,7 @@ void Analyzer::MarkShapeNodesDirty(const Request& request) {
 }
 
 void Analyzer::RegisterShape(const PendingShape& shape, const std::string& signature) {
-  std::vector<std::shared_ptr<Request>> parts = shape.request->alternatives;
-  if (parts.empty()) {
-    parts.push_back(shape.request);
-  }
-  for (const std::shared_ptr<Request>& part : parts) {
+  for (const std::shared_ptr<Request>& part : LeavesOf(shape.request)) {
     std::unique_ptr<LeafCounts>& leaf = leaves_[part->signature];
     if (leaf == nullptr) {
       leaf = std::make_unique<LeafCounts>();
@@ -167,11 +162,7 @@ void Analyzer::RegisterShape(const PendingShape& shape, const std::string& signa
 }
 
 void Analyzer::UnregisterShape(const PendingShape& shape, const std::string& signature) {
-  std::vector<std::shared_ptr<Request>> parts = shape.request->alternatives;
-  if (parts.empty()) {
-    parts.push_back(shape.request);
-  }
-  for (const std::shared_ptr<Request>& part : parts) {
+  for (const std::shared_ptr<Request>& part : LeavesOf(shape.request)) {
     auto leaf = leaves_.find(part->signature);
     if (leaf == leaves_.end()) {
       continue;
