@@ -93,6 +93,16 @@ bool IsSafeMethod(absl::string_view method) { return method == "GET"; }
 
 // Fills in kind/apiVersion, which list items omit, so cached objects look the same whether
 // they came from a list or a watch.
+// A response body or watch line, through `projection` when given; discarded when malformed.
+nlohmann::json ParseBody(absl::string_view text, const Projection* projection) {
+  if (projection == nullptr) {
+    return nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  }
+  absl::StatusOr<nlohmann::json> projected = ParseProjected(text, *projection);
+  return projected.ok() ? *std::move(projected)
+                        : nlohmann::json(nlohmann::json::value_t::discarded);
+}
+
 void Normalize(const ResourceType& type, nlohmann::json& object) {
   if (!object.is_object()) {
     return;
@@ -465,14 +475,7 @@ absl::StatusOr<nlohmann::json> RestClient::Do(const Request& request,
     if (!attempt.transport_ok) {
       status = attempt.transport_error;
     } else if (attempt.status >= 200 && attempt.status < 300) {
-      nlohmann::json body;
-      if (projection != nullptr) {
-        absl::StatusOr<nlohmann::json> projected = ParseProjected(attempt.body, *projection);
-        body = projected.ok() ? *std::move(projected)
-                              : nlohmann::json(nlohmann::json::value_t::discarded);
-      } else {
-        body = nlohmann::json::parse(attempt.body, nullptr, false);
-      }
+      nlohmann::json body = ParseBody(attempt.body, projection);
       if (!body.is_discarded() && body.is_object()) {
         return body;
       }
@@ -678,17 +681,12 @@ absl::Status RestClient::Watch(const ResourceType& type, absl::string_view ns,
       if (line.empty()) {
         continue;
       }
-      nlohmann::json event;
-      if (event_projection.has_value()) {
-        absl::StatusOr<nlohmann::json> projected = ParseProjected(line, *event_projection);
-        event = projected.ok() ? *std::move(projected)
-                               : nlohmann::json(nlohmann::json::value_t::discarded);
-        // An ERROR event carries a Status, which the projection of the watched type would cut.
-        if (event.is_object() && event.value("type", nlohmann::json()) == "ERROR") {
-          event = nlohmann::json::parse(line, nullptr, false);
-        }
-      } else {
-        event = nlohmann::json::parse(line, nullptr, false);
+      const Projection* projection = event_projection.has_value() ? &*event_projection : nullptr;
+      nlohmann::json event = ParseBody(line, projection);
+      // An ERROR event carries a Status, which the projection of the watched type would cut.
+      if (projection != nullptr && event.is_object() &&
+          event.value("type", nlohmann::json()) == "ERROR") {
+        event = ParseBody(line, nullptr);
       }
       if (event.is_discarded() || !event.is_object() || !event.contains("type") ||
           !event["type"].is_string() || !event.contains("object") || !event["object"].is_object()) {
