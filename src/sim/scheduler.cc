@@ -235,20 +235,7 @@ absl::StatusOr<std::optional<Scheduler::Allocation>> Scheduler::Allocate(
   RETURN_IF_ERROR_CTX(client_.Update(k8s::kResourceClaims, ns, object, "status").status(),
                       absl::StrCat("allocate claim ", name));
   for (Placement& held : picks) {
-    const std::string key = absl::StrCat(held.pool, "/", held.device);
-    if (!held.share.empty()) {
-      for (const auto& [capacity, amount] : held.share) {
-        (void)shares_used_[key][capacity].Add(amount);
-      }
-    } else {
-      allocated_.insert(key);
-    }
-    for (const model::DeviceCounterConsumption& c : held.counters) {
-      for (const auto& [counter, value] : c.counters) {
-        (void)counters_used_[absl::StrCat(held.pool, "/", c.counter_set, "/", counter)].Add(
-            value.value);
-      }
-    }
+    Book(held, /*take=*/true);
     allocation.held.push_back(std::move(held));
   }
   return allocation;
@@ -256,19 +243,27 @@ absl::StatusOr<std::optional<Scheduler::Allocation>> Scheduler::Allocate(
 
 void Scheduler::Release(const std::vector<Placement>& held) {
   for (const Placement& h : held) {
-    const std::string key = absl::StrCat(h.pool, "/", h.device);
-    if (!h.share.empty()) {
-      for (const auto& [capacity, amount] : h.share) {
-        (void)shares_used_[key][capacity].Sub(amount);
-      }
-    } else {
-      allocated_.erase(key);
+    Book(h, /*take=*/false);
+  }
+}
+
+void Scheduler::Book(const Placement& held, bool take) {
+  auto move = [take](common::Quantity& used, const common::Quantity& amount) {
+    (void)(take ? used.Add(amount) : used.Sub(amount));
+  };
+  const std::string key = absl::StrCat(held.pool, "/", held.device);
+  if (!held.share.empty()) {
+    for (const auto& [capacity, amount] : held.share) {
+      move(shares_used_[key][capacity], amount);
     }
-    for (const model::DeviceCounterConsumption& c : h.counters) {
-      for (const auto& [counter, value] : c.counters) {
-        (void)counters_used_[absl::StrCat(h.pool, "/", c.counter_set, "/", counter)].Sub(
-            value.value);
-      }
+  } else if (take) {
+    allocated_.insert(key);
+  } else {
+    allocated_.erase(key);
+  }
+  for (const model::DeviceCounterConsumption& c : held.counters) {
+    for (const auto& [counter, value] : c.counters) {
+      move(counters_used_[absl::StrCat(held.pool, "/", c.counter_set, "/", counter)], value.value);
     }
   }
 }

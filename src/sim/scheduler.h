@@ -75,6 +75,8 @@ class Scheduler {
   void Release(const std::vector<Placement>& held);
 
  private:
+  // Takes (or gives back) what `held` occupies: the device, its share, its shared counters.
+  void Book(const Placement& held, bool take);
   // The verdict of one selector against a device, through the per-expression program cache.
   cel::Verdict Evaluate(const std::string& expression, const model::SliceDevice& device,
                         const std::string& driver);
