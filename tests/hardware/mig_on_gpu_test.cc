@@ -56,6 +56,7 @@ TEST(MigOnGpuTest, FullGpuThenADynamicMigInstanceThenTheFullGpuAgain) {
 
   std::string full;
   std::string mig;
+  std::string mig_profile;
   auto slices = node.client().List(k8s::kResourceSlices, "", {});
   ASSERT_TRUE(slices.ok()) << slices.status();
   for (const nlohmann::json& slice : slices->items) {
@@ -68,10 +69,12 @@ TEST(MigOnGpuTest, FullGpuThenADynamicMigInstanceThenTheFullGpuAgain) {
       if (type == "mig" && mig.empty() && absl::StartsWith(profile, "1g.") &&
           !absl::StrContains(profile, "+")) {
         mig = device["name"];
+        mig_profile = profile;
       }
     }
   }
-  std::printf("full GPU %s, first 1g placement %s\n", full.c_str(), mig.c_str());
+  std::printf("full GPU %s, first 1g placement %s (%s)\n", full.c_str(), mig.c_str(),
+              mig_profile.c_str());
   ASSERT_FALSE(full.empty());
   ASSERT_FALSE(mig.empty()) << "no MIG placement published for a MIG-capable GPU";
 
@@ -87,11 +90,11 @@ TEST(MigOnGpuTest, FullGpuThenADynamicMigInstanceThenTheFullGpuAgain) {
   EXPECT_EQ(node.Prepare(sliced, &ids), "");
   std::printf("MIG device prepared: %s\n", absl::StrJoin(ids, ",").c_str());
   EXPECT_EQ(MigMode(), "Enabled");
-  EXPECT_THAT(Shell("nvidia-smi -L"), ::testing::HasSubstr("MIG 1g.10gb"));
+  EXPECT_THAT(Shell("nvidia-smi -L"), ::testing::HasSubstr("MIG " + mig_profile));
   Shell("nvidia-smi mig -lgi; nvidia-smi mig -lci; ls " + node.CdiRoot() + "; cat " +
         node.CdiRoot() + "/*.json");
   EXPECT_EQ(node.Unprepare(sliced), "");
-  EXPECT_THAT(Shell("nvidia-smi mig -lgi"), ::testing::Not(::testing::HasSubstr("1g.10gb")));
+  EXPECT_THAT(Shell("nvidia-smi mig -lgi"), ::testing::Not(::testing::HasSubstr(mig_profile)));
   EXPECT_EQ(MigMode(), "Disabled") << "MIG mode stays on after the last instance went";
 
   const NodeHarness::Claim again = node.AllocatedClaim("full-2", full);

@@ -5,8 +5,9 @@ Not part of the test suite: it needs an NVIDIA GPU, its driver and PyTorch (for 
 phases, each with the node sampling every second (--utilization-interval=1s):
   full  the GPU idle, then a matrix-multiply loop on it, then idle again: gpu-0's
         dralens_device_utilization_ratio (nvmlDeviceGetUtilizationRates) and memory used;
-  mig   MIG mode on and one 1g.10gb instance made with nvidia-smi (a static MIG device), idle,
-        then the same loop inside the instance: the MIG device's ratio comes from GPM.
+  mig   MIG mode on and one smallest instance made with nvidia-smi (profile ID 19: 1g.10gb on
+        an H100, 1g.18gb on an H200; a static MIG device), idle, then the same loop inside the
+        instance: the MIG device's ratio comes from GPM.
 The GPU is left as found: the instance is destroyed and MIG mode switched back off, whatever
 happens. Prints a table per phase and PASS/FAIL lines; writes each phase's last /metrics and
 the node's log to --out.
@@ -167,7 +168,7 @@ def main():
         mig_touched = True
         print("== mig: " + smi("-i", "0", "-mig", "1").replace("\n", " | "))
         try:
-            print("  " + smi("mig", "-i", "0", "-cgi", "1g.10gb", "-C").replace("\n", " | "))
+            print("  " + smi("mig", "-i", "0", "-cgi", "19", "-C").replace("\n", " | "))
             listing = smi("-L")
             print("  " + listing.replace("\n", " | "))
             mig_uuid = re.search(r"UUID: (MIG-[0-9a-f-]+)", listing).group(1)
