@@ -91,6 +91,7 @@ void Analyzer::UnclassifyDevice(Device& device) {
     class_unknown_[c].erase(device.key);
   }
   device.classes.clear();
+  device.class_ids.clear();
   device.unknown_classes.clear();
 }
 
@@ -100,11 +101,15 @@ void Analyzer::ClassifyDevice(Device& device) {
     cel::Verdict v = MatchesAll(device, selectors);
     if (v == cel::Verdict::kTrue) {
       device.classes.push_back(name);
+      device.class_ids.push_back(labels_.Id(name));
       class_devices_[name].insert(device.key);
     } else if (v == cel::Verdict::kUnknown) {
       device.unknown_classes.push_back(name);
       class_unknown_[name].insert(device.key);
     }
+  }
+  if (device.class_ids.empty()) {
+    device.class_ids.push_back(labels_.Id(""));  // counted under class ""
   }
 }
 
@@ -208,7 +213,6 @@ void Analyzer::RecountCounters(const std::string& set_key) {
 void Analyzer::MarkDeviceDirty(const Device& device) { dirty_nodes_.insert(device.node); }
 
 void Analyzer::AllocationChanged(const Key& device_key) {
-  capacity_changed_ = true;
   auto it = devices_.find(device_key);
   if (it == devices_.end()) {
     return;
@@ -232,8 +236,10 @@ void Analyzer::MarkAllNodesDirty() {
 void Analyzer::Tick() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
-  for (auto& [labels, series] : stranded_) {
-    Accrue(*series, now);
+  for (auto& [node, agg] : node_aggregates_) {
+    for (auto& [labels, series] : agg->stranded) {
+      Accrue(*series, now);
+    }
   }
   for (auto& [labels, series] : held_) {
     Accrue(*series, now);

@@ -46,6 +46,7 @@
 #include "absl/time/time.h"
 #include "exporter/cluster/explain.h"
 #include "exporter/cluster/findings.h"
+#include "exporter/cluster/label_ids.h"
 #include "exporter/cluster/object_series.h"
 #include "exporter/cluster/pricing.h"
 #include "prometheus/counter.h"
@@ -165,9 +166,13 @@ class Analyzer {
   void ClassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnclassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RequestFits(const Request& request, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a slice's devices and counter sets; adds the nodes they were on to `touched`.
-  void RemoveSliceLocked(const std::string& name, std::set<std::string>& touched)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a slice's devices (but those in `keep`) and counter sets; adds the nodes they were
+  // on to `touched`.
+  void RemoveSliceLocked(const std::string& name, std::set<std::string>& touched,
+                         const std::set<std::string>& keep = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a device out of every index (counts, classes, node, counter sets) and the cache.
+  void RemoveDevice(std::unordered_map<std::string, std::unique_ptr<Device>>::iterator it,
+                    std::set<std::string>& touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnterPending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeavePending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
@@ -237,13 +242,11 @@ class Analyzer {
   void RecomputeNode(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputePlaceable(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the fleet totals of dralens_cluster_pool_devices from a node's old counts to its new.
-  void UpdatePoolTotals(
-      const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& before,
-      const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& after)
+  void UpdatePoolTotals(const LabelTable<std::array<int, kPoolStates>>& before,
+                        const LabelTable<std::array<int, kPoolStates>>& after)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the fleet's held GPUs from a node's old tally to its new one, accruing first.
-  void UpdateHeld(const std::map<std::vector<std::string>, double>& before,
-                  const std::map<std::vector<std::string>, double>& after, absl::Time now)
+  void UpdateHeld(const LabelTable<double>& before, const LabelTable<double>& after, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The physical GPUs of a node, in GPU-equivalents by state and stranded kind. With `of_claim`,
   // also adds what that claim holds on the node to `parts` by (class, product).
@@ -295,6 +298,8 @@ class Analyzer {
   common::Clock& clock_;
 
   absl::Mutex mu_;
+  // Label values of the derived series as integers (label_ids.h).
+  LabelIds labels_ ABSL_GUARDED_BY(mu_);
   // Selectors: compiled once per distinct expression.
   std::unordered_map<std::string, int> selector_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::StatusOr<cel::Program>> programs_ ABSL_GUARDED_BY(mu_);
@@ -303,6 +308,9 @@ class Analyzer {
   std::map<std::string, std::vector<int>> classes_ ABSL_GUARDED_BY(mu_);  // name -> selectors
   std::unordered_map<Key, std::unique_ptr<Device>> devices_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::unique_ptr<CounterSet>> counter_sets_ ABSL_GUARDED_BY(mu_);
+  // counter set key -> the devices that consume it, whether or not the set is published (yet):
+  // a set that comes later finds its consumers here instead of scanning every device.
+  std::unordered_map<std::string, std::set<Key>> consumers_ ABSL_GUARDED_BY(mu_);
   // slice name -> device keys and counter set keys it published
   std::unordered_map<std::string, std::pair<std::vector<Key>, std::vector<std::string>>> slices_
       ABSL_GUARDED_BY(mu_);
@@ -327,7 +335,6 @@ class Analyzer {
 
   // Dirty sets, applied by Flush().
   std::set<std::string> dirty_nodes_ ABSL_GUARDED_BY(mu_);
-  bool capacity_changed_ ABSL_GUARDED_BY(mu_) = false;
   // Every node's free_while_pending attribution may move (the classes changed).
   bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;
   // Leaf requests (a request, or one alternative of a firstAvailable request) of the pending
@@ -351,7 +358,7 @@ class Analyzer {
     std::array<int64_t, kPoolStates> devices = {};
     std::array<prometheus::Gauge*, kPoolStates> gauges = {};
   };
-  std::map<std::vector<std::string>, PoolTotal> pool_totals_ ABSL_GUARDED_BY(mu_);
+  std::map<LabelKey, PoolTotal> pool_totals_ ABSL_GUARDED_BY(mu_);
   // dralens_cluster_price_per_gpu_hour: (class, product) -> its series and the pool totals
   // (one per driver) that publish such devices.
   std::map<std::pair<std::string, std::string>, std::pair<prometheus::Gauge*, int>> prices_in_use_
@@ -359,11 +366,10 @@ class Analyzer {
   std::map<Transition, prometheus::Counter*> transition_counters_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::unique_ptr<NodeAggregate>> node_aggregates_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::vector<std::string>, std::unique_ptr<Series>> stranded_ ABSL_GUARDED_BY(mu_);
   // What claims hold, fleet-wide, by (namespace, class, product, usage state): the GPUs summed
   // over nodes, accrued into dralens_cluster_gpu_seconds_total and _cost_total (the product
   // sets the price; the exported series sum over it).
-  std::map<std::vector<std::string>, std::unique_ptr<Series>> held_ ABSL_GUARDED_BY(mu_);
+  std::map<LabelKey, std::unique_ptr<Series>> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dralens::exporter::cluster

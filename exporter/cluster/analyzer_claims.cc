@@ -46,6 +46,7 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
     auto c = std::make_unique<Claim>();
     c->key = key;
     c->ns = obj.metadata.namespace_name;
+    c->ns_id = labels_.Id(c->ns);
     c->name = obj.metadata.name;
     c->uid = obj.metadata.uid;
     c->created = obj.metadata.creation_timestamp.value_or(clock_.Now());

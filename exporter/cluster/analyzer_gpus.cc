@@ -60,7 +60,6 @@ void Analyzer::Flush() {
   if (pending_shape_changed_) {
     MarkAllNodesDirty();
   }
-  capacity_changed_ = false;
   pending_shape_changed_ = false;
   std::set<std::string> dirty;
   dirty.swap(dirty_nodes_);
@@ -154,6 +153,10 @@ const Analyzer::Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& fr
   return c == claims_by_key_.end() ? nullptr : c->second.get();
 }
 
+absl::string_view ToString(Usage usage) {
+  return usage == Usage::kInUse ? "in_use" : "allocated_not_running";
+}
+
 Analyzer::GpuTally Analyzer::TallyGpus(
     const std::string& node, const Claim* of_claim,
     std::map<std::pair<std::string, std::string>, double>* parts) {
@@ -163,18 +166,26 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     return tally;
   }
   const bool down = NodeDown(node);
-  // Devices by physical GPU, in key order so that the result does not depend on hashing.
-  std::map<std::string, std::vector<Device*>> by_gpu;
+  // Devices by physical GPU, each GPU's in key order, so that the result does not depend on
+  // hashing.
+  std::vector<Device*> sorted;
+  sorted.reserve(devs->second.size());
   for (const Key& key : devs->second) {
-    Device* d = devices_.at(key).get();
-    by_gpu[d->gpu].push_back(d);
+    sorted.push_back(devices_.at(key).get());
   }
-  const std::string kFree(ToString(GpuState::kFree));
-  const std::string kAllocated(ToString(GpuState::kAllocated));
-  const std::string kUnavailable(ToString(GpuState::kUnavailable));
-  for (auto& [gpu, devices] : by_gpu) {
-    std::sort(devices.begin(), devices.end(),
-              [](const Device* a, const Device* b) { return a->key < b->key; });
+  std::sort(sorted.begin(), sorted.end(), [](const Device* a, const Device* b) {
+    return a->gpu != b->gpu ? a->gpu < b->gpu : a->key < b->key;
+  });
+  const uint32_t no_class = labels_.Id("");
+  std::vector<Device*> devices;
+  for (size_t begin = 0; begin < sorted.size();) {
+    size_t end = begin + 1;
+    while (end < sorted.size() && sorted[end]->gpu == sorted[begin]->gpu) {
+      ++end;
+    }
+    devices.assign(sorted.begin() + static_cast<std::ptrdiff_t>(begin),
+                   sorted.begin() + static_cast<std::ptrdiff_t>(end));
+    begin = end;
     const Device& first = *devices.front();
     const CounterSet* set = nullptr;
     if (!first.consumes.empty()) {
@@ -244,42 +255,43 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       }
     }
 
-    const std::string& product = first.product;
-    auto add_gpus = [&](const std::string& state, double value) {
+    const uint32_t product = first.product_id;
+    auto add_gpus = [&](GpuState state, double value) {
       if (value > 0) {
-        tally.gpus[{first.driver, product, state}] += value;
+        tally.gpus[{{first.driver_id, product, static_cast<uint32_t>(state)}}] += value;
       }
     };
-    auto add_stranded = [&](StrandedKind kind, const std::string& cls, double value) {
+    auto add_stranded = [&](StrandedKind kind, uint32_t cls, double value) {
       if (value > 0) {
-        tally.stranded[{std::string(ToString(kind)), product, cls}] += value;
+        tally.stranded[{{static_cast<uint32_t>(kind), product, cls}}] += value;
       }
     };
     double allocated = 0;
     for (const Held& h : held) {
       if (parts != nullptr && h.claim == of_claim) {
-        (*parts)[{*h.device_class, product}] += h.gpus;
+        (*parts)[{*h.device_class, first.product}] += h.gpus;
       }
+      const uint32_t cls = labels_.Id(*h.device_class);
       if (h.gpus > 0) {
         // Showback counts what a claim holds whether or not its device is usable now.
-        tally.held[{h.claim->ns, *h.device_class, product,
-                    h.claim->state == ClaimState::kInUse ? "in_use" : "allocated_not_running"}] +=
-            h.gpus;
+        const Usage usage =
+            h.claim->state == ClaimState::kInUse ? Usage::kInUse : Usage::kAllocatedNotRunning;
+        tally.held[{{h.claim->ns_id, cls, product, static_cast<uint32_t>(usage)}}] += h.gpus;
       }
       if (h.unavailable) {
-        add_gpus(kUnavailable, h.gpus);
-        add_stranded(StrandedKind::kAdvertisedUnhealthy, *h.device_class, h.gpus);
+        add_gpus(GpuState::kUnavailable, h.gpus);
+        add_stranded(StrandedKind::kAdvertisedUnhealthy, cls, h.gpus);
         continue;
       }
-      add_gpus(kAllocated, h.gpus);
+      add_gpus(GpuState::kAllocated, h.gpus);
       allocated += h.gpus;
       if (h.claim->state != ClaimState::kInUse) {
-        add_stranded(StrandedKind::kAllocatedNotRunning, *h.device_class, h.gpus);
+        add_stranded(StrandedKind::kAllocatedNotRunning, cls, h.gpus);
       }
     }
-    add_gpus(kUnavailable, left_unavailable);
-    add_stranded(StrandedKind::kAdvertisedUnhealthy, "", left_unavailable);
-    add_gpus(kFree, left_free);
+    add_gpus(GpuState::kUnavailable, left_unavailable);
+    add_stranded(StrandedKind::kAdvertisedUnhealthy, no_class, left_unavailable);
+    add_gpus(GpuState::kFree, left_free);
     if (left_free <= 0 || pending_requests_.empty()) {
       continue;
     }
@@ -293,9 +305,9 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       }
     }
     if (const Claim* oldest = OldestPendingFor(free); oldest != nullptr) {
-      add_stranded(StrandedKind::kFreeWhilePending, oldest->device_class, left_free);
+      add_stranded(StrandedKind::kFreeWhilePending, labels_.Id(oldest->device_class), left_free);
     } else if (mig && (allocated > 0 || set == nullptr)) {
-      add_stranded(StrandedKind::kUnplaceableFragment, "", left_free);
+      add_stranded(StrandedKind::kUnplaceableFragment, no_class, left_free);
     }
   }
   return tally;
@@ -307,19 +319,25 @@ void Analyzer::RecomputeNode(const std::string& node) {
     slot = std::make_unique<NodeAggregate>();
   }
   NodeAggregate& agg = *slot;
-  std::map<std::vector<std::string>, std::array<int, kPoolStates>> pool;
-  static const std::vector<std::string> kNoClass = {""};
-  if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
+  LabelTable<std::array<int, kPoolStates>> pool;
+  auto devs = node_devices_.find(node);
+  if (devs != node_devices_.end()) {
+    const uint32_t no_class = labels_.Id("");
     for (const Key& key : devs->second) {
       Device& d = *devices_.at(key);
-      const std::vector<std::string>& classes = d.classes.empty() ? kNoClass : d.classes;
       const bool allocated = DeviceAllocated(d);
       const bool blocked = DeviceBlocked(d);
       PoolState state = d.tainted                ? PoolState::kTainted
                         : (allocated || blocked) ? PoolState::kAllocated
                                                  : PoolState::kFree;
-      for (const std::string& c : classes) {
-        ++pool[{d.driver, c, d.product}][static_cast<int>(state)];
+      auto count = [&](uint32_t cls) {
+        ++pool[{{d.driver_id, cls, d.product_id}}][static_cast<int>(state)];
+      };
+      if (d.class_ids.empty()) {
+        count(no_class);
+      }
+      for (uint32_t cls : d.class_ids) {
+        count(cls);
       }
     }
   }
@@ -327,65 +345,68 @@ void Analyzer::RecomputeNode(const std::string& node) {
   agg.pool = std::move(pool);
   // The node's series that went to zero stay at zero while it publishes devices (a state with
   // no GPU reads 0, not a gap), and go with its last device.
-  auto devs = node_devices_.find(node);
   const bool has_devices = devs != node_devices_.end() && !devs->second.empty();
 
   GpuTally tally = TallyGpus(node);
-  for (auto it = agg.gpu_gauges.begin(); it != agg.gpu_gauges.end();) {
-    if (tally.gpus.count(it->first) > 0) {
-      ++it;
-    } else if (has_devices) {
-      it->second->Set(0);
-      ++it;
-    } else {
-      gpus_.Remove(it->second);
-      it = agg.gpu_gauges.erase(it);
+  agg.gpu_gauges.EraseIf([&](const LabelKey& labels, prometheus::Gauge* gauge) {
+    if (tally.gpus.Contains(labels)) {
+      return false;
     }
-  }
+    if (has_devices) {
+      gauge->Set(0);
+      return false;
+    }
+    gpus_.Remove(gauge);
+    return true;
+  });
   for (const auto& [labels, value] : tally.gpus) {
     prometheus::Gauge*& g = agg.gpu_gauges[labels];
     if (g == nullptr) {
-      g = &gpus_.Add(
-          {{"node", node}, {"driver", labels[0]}, {"product", labels[1]}, {"state", labels[2]}});
+      g = &gpus_.Add({{"node", node},
+                      {"driver", labels_.Value(labels[0])},
+                      {"product", labels_.Value(labels[1])},
+                      {"state", std::string(ToString(static_cast<GpuState>(labels[2])))}});
     }
     g->Set(value);
   }
 
   // Stranded series: accrue what the old value earned, then switch to the new one.
   const absl::Time now = clock_.Now();
-  std::set<std::vector<std::string>> keys = agg.stranded;
   for (const auto& [labels, value] : tally.stranded) {
-    keys.insert(labels);
-  }
-  for (const std::vector<std::string>& labels : keys) {
-    std::unique_ptr<Series>& s = stranded_[{labels[0], node, labels[1], labels[2]}];
+    std::unique_ptr<Series>& s = agg.stranded[labels];
     if (s == nullptr) {
       s = std::make_unique<Series>();
-      prometheus::Labels l = {
-          {"kind", labels[0]}, {"node", node}, {"product", labels[1]}, {"device_class", labels[2]}};
+      const std::string& product = labels_.Value(labels[1]);
+      const std::string& device_class = labels_.Value(labels[2]);
+      prometheus::Labels l = {{"kind", std::string(ToString(static_cast<StrandedKind>(labels[0])))},
+                              {"node", node},
+                              {"product", product},
+                              {"device_class", device_class}};
       s->gauge = &stranded_gpus_.Add(l);
       s->seconds = &stranded_seconds_.Add(l);
       s->cost = &stranded_cost_.Add(l);
-      s->price_per_second = prices_.PriceOf(labels[2], labels[1]) / 3600.0;
+      s->price_per_second = prices_.PriceOf(device_class, product) / 3600.0;
       s->last = now;
     }
-    Accrue(*s, now);
-    auto found = tally.stranded.find(labels);
-    s->gpus = found == tally.stranded.end() ? 0 : found->second;
-    s->gauge->Set(s->gpus);
   }
-  agg.stranded.clear();
-  for (const auto& [labels, value] : tally.stranded) {
-    agg.stranded.insert(labels);
+  for (auto& [labels, s] : agg.stranded) {
+    const double* value = tally.stranded.Find(labels);
+    const double gpus = value == nullptr ? 0 : *value;
+    if (gpus == s->gpus) {
+      continue;  // nothing to accrue early: Tick accrues at the same rate
+    }
+    Accrue(*s, now);
+    s->gpus = gpus;
+    s->gauge->Set(s->gpus);
   }
   UpdateHeld(agg.held, tally.held, now);
   agg.held = std::move(tally.held);
   RecomputePlaceable(node);
 }
 
-void Analyzer::UpdateHeld(const std::map<std::vector<std::string>, double>& before,
-                          const std::map<std::vector<std::string>, double>& after, absl::Time now) {
-  std::map<std::vector<std::string>, double> delta;
+void Analyzer::UpdateHeld(const LabelTable<double>& before, const LabelTable<double>& after,
+                          absl::Time now) {
+  LabelTable<double> delta;
   for (const auto& [labels, gpus] : before) {
     delta[labels] -= gpus;
   }
@@ -400,11 +421,13 @@ void Analyzer::UpdateHeld(const std::map<std::vector<std::string>, double>& befo
     if (s == nullptr) {
       // The counters are per (namespace, class, state); several products add to the same ones.
       s = std::make_unique<Series>();
-      prometheus::Labels l = {
-          {"namespace", labels[0]}, {"device_class", labels[1]}, {"state", labels[3]}};
+      const std::string& device_class = labels_.Value(labels[1]);
+      prometheus::Labels l = {{"namespace", labels_.Value(labels[0])},
+                              {"device_class", device_class},
+                              {"state", std::string(ToString(static_cast<Usage>(labels[3])))}};
       s->seconds = &held_seconds_.Add(l);
       s->cost = &held_cost_.Add(l);
-      s->price_per_second = prices_.PriceOf(labels[1], labels[2]) / 3600.0;
+      s->price_per_second = prices_.PriceOf(device_class, labels_.Value(labels[2])) / 3600.0;
       s->last = now;
     }
     Accrue(*s, now);
@@ -415,35 +438,37 @@ void Analyzer::UpdateHeld(const std::map<std::vector<std::string>, double>& befo
   }
 }
 
-void Analyzer::UpdatePoolTotals(
-    const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& before,
-    const std::map<std::vector<std::string>, std::array<int, kPoolStates>>& after) {
-  std::set<const std::vector<std::string>*> touched;
+void Analyzer::UpdatePoolTotals(const LabelTable<std::array<int, kPoolStates>>& before,
+                                const LabelTable<std::array<int, kPoolStates>>& after) {
+  LabelTable<bool> touched;
   for (const auto& [labels, counts] : before) {
     PoolTotal& total = pool_totals_[labels];
     for (int s = 0; s < kPoolStates; ++s) {
       total.devices[s] -= counts[s];
     }
-    touched.insert(&pool_totals_.find(labels)->first);
+    touched[labels] = true;
   }
   for (const auto& [labels, counts] : after) {
     PoolTotal& total = pool_totals_[labels];
     for (int s = 0; s < kPoolStates; ++s) {
       total.devices[s] += counts[s];
     }
-    touched.insert(&pool_totals_.find(labels)->first);
+    touched[labels] = true;
   }
   // A (driver, class, product) that any node publishes has all three states, zeros included, so
   // that "no free device of this class" reads as 0, not as a missing series; it goes when the
   // last of its devices does. The family holds a few series per class, so removing is cheap.
-  for (const std::vector<std::string>* labels : touched) {
-    auto it = pool_totals_.find(*labels);
+  for (const auto& [labels, unused] : touched) {
+    auto it = pool_totals_.find(labels);
     PoolTotal& total = it->second;
     const bool any =
         std::any_of(total.devices.begin(), total.devices.end(), [](int64_t n) { return n != 0; });
+    const std::string& driver = labels_.Value(labels[0]);
+    const std::string& device_class = labels_.Value(labels[1]);
+    const std::string& product = labels_.Value(labels[2]);
     // The price of a GPU of each (class, product) published, so that rules can price what the
     // node's series count (idle claims) the way stranded cost is priced here.
-    const std::pair<std::string, std::string> priced = {(*labels)[1], (*labels)[2]};
+    const std::pair<std::string, std::string> priced = {device_class, product};
     if (any && total.gauges[0] == nullptr) {
       auto& [gauge, refs] = prices_in_use_[priced];
       if (refs++ == 0) {
@@ -467,9 +492,9 @@ void Analyzer::UpdatePoolTotals(
       }
       if (total.gauges[s] == nullptr) {
         total.gauges[s] =
-            &pool_devices_.Add({{"driver", (*labels)[0]},
-                                {"device_class", (*labels)[1]},
-                                {"product", (*labels)[2]},
+            &pool_devices_.Add({{"driver", driver},
+                                {"device_class", device_class},
+                                {"product", product},
                                 {"state", std::string(ToString(static_cast<PoolState>(s)))}});
       }
       total.gauges[s]->Set(static_cast<double>(total.devices[s]));
@@ -483,10 +508,22 @@ void Analyzer::UpdatePoolTotals(
 void Analyzer::RecomputePlaceable(const std::string& node) {
   NodeAggregate& agg = *node_aggregates_[node];
   std::map<std::vector<std::string>, double> placeable;
-  for (const auto& [set_key, set] : counter_sets_) {
-    if (set->node != node) {
+  // The node's counter sets, found through its devices: O(devices of the node), not O(sets of
+  // the fleet).
+  std::set<std::string> set_keys;
+  if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
+    for (const Key& key : devs->second) {
+      for (const auto& [set_key, counters] : devices_.at(key)->consumes) {
+        set_keys.insert(set_key);
+      }
+    }
+  }
+  for (const std::string& set_key : set_keys) {
+    auto found = counter_sets_.find(set_key);
+    if (found == counter_sets_.end() || found->second->node != node) {
       continue;
     }
+    const CounterSet* set = found->second.get();
     std::map<std::string, std::vector<Device*>> by_profile;
     for (const Key& key : set->devices) {
       Device& d = *devices_.at(key);

@@ -14,7 +14,8 @@ namespace dralens::exporter::cluster {
 
 // --- slices, classes, nodes ------------------------------------------------------------------
 
-void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>& touched) {
+void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>& touched,
+                                 const std::set<Key>& keep) {
   auto it = slices_.find(name);
   if (it == slices_.end()) {
     return;
@@ -24,18 +25,10 @@ void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>&
     if (dev == devices_.end() || dev->second->slice != name) {
       continue;  // republished by another slice of the pool meanwhile
     }
-    Device& d = *dev->second;
-    CountDevice(d, -1);
-    UnclassifyDevice(d);
-    node_devices_[d.node].erase(key);
-    dirty_nodes_.insert(d.node);
-    touched.insert(d.node);
-    for (const auto& [set_key, counters] : d.consumes) {
-      if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
-        set->second->devices.erase(key);
-      }
+    if (keep.contains(key)) {
+      continue;
     }
-    devices_.erase(dev);
+    RemoveDevice(dev, touched);
   }
   for (const std::string& set_key : it->second.second) {
     auto set = counter_sets_.find(set_key);
@@ -46,34 +39,65 @@ void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>&
     }
   }
   slices_.erase(it);
-  capacity_changed_ = true;
+}
+
+void Analyzer::RemoveDevice(std::unordered_map<Key, std::unique_ptr<Device>>::iterator it,
+                            std::set<std::string>& touched) {
+  Device& d = *it->second;
+  CountDevice(d, -1);
+  UnclassifyDevice(d);
+  node_devices_[d.node].erase(d.key);
+  dirty_nodes_.insert(d.node);
+  touched.insert(d.node);
+  for (const auto& [set_key, counters] : d.consumes) {
+    if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
+      set->second->devices.erase(d.key);
+    }
+    if (auto c = consumers_.find(set_key); c != consumers_.end()) {
+      c->second.erase(d.key);
+      if (c->second.empty()) {
+        consumers_.erase(c);
+      }
+    }
+  }
+  devices_.erase(it);
 }
 
 void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
   absl::MutexLock lock(&mu_);
   const std::string& name = slice.metadata.name;
-  // Devices that come back unchanged keep their cached selector verdicts.
+  const model::ResourceSliceSpec& spec = slice.spec;
+  const std::string slice_node = spec.node_name.value_or("");
+  // A device this slice already published, exactly as it is now, stays as it is: its counts,
+  // verdicts and indexes hold. Only the devices that changed leave and come back, so a taint
+  // on one GPU costs one device, not the slice. A changed device whose attributes and capacity
+  // are the same keeps its cached selector verdicts (taints are not what selectors read).
+  std::unordered_map<Key, const model::SliceDevice*> incoming;
+  for (const model::SliceDevice& sd : spec.devices) {
+    incoming[DeviceKey(spec.driver, spec.pool.name, sd.name)] = &sd;
+  }
+  std::set<Key> unchanged;
   std::unordered_map<Key, std::unordered_map<int, cel::Verdict>> kept;
   if (auto old = slices_.find(name); old != slices_.end()) {
     for (const Key& key : old->second.first) {
-      if (auto dev = devices_.find(key); dev != devices_.end()) {
+      auto dev = devices_.find(key);
+      auto now = incoming.find(key);
+      if (dev == devices_.end() || dev->second->slice != name || now == incoming.end()) {
+        continue;
+      }
+      const Device& d = *dev->second;
+      const model::SliceDevice& sd = *now->second;
+      if (d.spec == sd && d.node == sd.node_name.value_or(slice_node)) {
+        unchanged.insert(key);
+      } else if (d.spec.attributes == sd.attributes && d.spec.capacity == sd.capacity) {
         kept[key] = std::move(dev->second->verdicts);
       }
     }
   }
-  std::unordered_map<Key, model::SliceDevice> old_specs;
-  if (auto old = slices_.find(name); old != slices_.end()) {
-    for (const Key& key : old->second.first) {
-      if (auto dev = devices_.find(key); dev != devices_.end()) {
-        old_specs[key] = dev->second->spec;
-      }
-    }
-  }
   std::set<std::string> touched;
-  RemoveSliceLocked(name, touched);
-  const model::ResourceSliceSpec& spec = slice.spec;
-  const std::string slice_node = spec.node_name.value_or("");
-  std::vector<Key> keys;
+  RemoveSliceLocked(name, touched, unchanged);
+  std::vector<Key> keys;     // every device of the slice, in its order
+  std::vector<Key> changed;  // the ones that (re)entered the indexes now
   std::vector<std::string> set_keys;
   for (const model::CounterSet& cs : spec.shared_counters) {
     auto set = std::make_unique<CounterSet>();
@@ -88,14 +112,21 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     counter_sets_[set->key] = std::move(set);
   }
   for (const model::SliceDevice& sd : spec.devices) {
+    Key key = DeviceKey(spec.driver, spec.pool.name, sd.name);
+    if (unchanged.contains(key)) {
+      keys.push_back(std::move(key));
+      continue;
+    }
     auto d = std::make_unique<Device>();
-    d->key = DeviceKey(spec.driver, spec.pool.name, sd.name);
+    d->key = std::move(key);
     d->slice = name;
     d->driver = spec.driver;
     d->pool = spec.pool.name;
     d->node = sd.node_name.value_or(slice_node);
     d->spec = sd;
     d->product = StringAttribute(sd, "productName");
+    d->driver_id = labels_.Id(d->driver);
+    d->product_id = labels_.Id(d->product);
     d->type = StringAttribute(sd, "type");
     d->profile = StringAttribute(sd, "profile");
     d->multi = sd.allow_multiple_allocations.value_or(false);
@@ -126,59 +157,43 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     } else {
       d->gpu = absl::StrCat("device\x1f", d->key);
     }
-    if (auto old = old_specs.find(d->key); old != old_specs.end() && old->second == sd) {
-      d->verdicts = std::move(kept[d->key]);
+    if (auto k = kept.find(d->key); k != kept.end()) {
+      d->verdicts = std::move(k->second);
     }
     if (auto existing = devices_.find(d->key); existing != devices_.end()) {
       // The device moved here from another slice of the pool (or another publisher took its
-      // name): the old one leaves every index it was in, its counter sets' consumers included,
-      // as RemoveSliceLocked would take it out.
-      Device& e = *existing->second;
-      CountDevice(e, -1);
-      touched.insert(e.node);
-      UnclassifyDevice(e);
-      for (const auto& [set_key, counters] : e.consumes) {
-        if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
-          set->second->devices.erase(e.key);
-        }
-      }
-      node_devices_[e.node].erase(e.key);
-      dirty_nodes_.insert(e.node);
-      devices_.erase(existing);
+      // name): the old one leaves every index it was in, as RemoveSliceLocked would take it out.
+      RemoveDevice(existing, touched);
     }
     ClassifyDevice(*d);
     node_devices_[d->node].insert(d->key);
     dirty_nodes_.insert(d->node);
-    keys.push_back(d->key);
-    devices_[d->key] = std::move(d);
-  }
-  // Attach consumers to their counter sets, which may come from another slice of the pool.
-  for (const Key& key : keys) {
-    for (const auto& [set_key, counters] : devices_[key]->consumes) {
+    for (const auto& [set_key, counters] : d->consumes) {
+      consumers_[set_key].insert(d->key);
+      // Its counter set may come from another slice of the pool.
       if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
-        set->second->devices.insert(key);
+        set->second->devices.insert(d->key);
       }
     }
+    keys.push_back(d->key);
+    changed.push_back(d->key);
+    devices_[d->key] = std::move(d);
   }
   for (const std::string& set_key : set_keys) {
-    // Consumers published in other slices of the pool.
-    for (const auto& [key, dev] : devices_) {
-      for (const auto& [consumed, counters] : dev->consumes) {
-        if (consumed == set_key) {
-          counter_sets_[set_key]->devices.insert(key);
-        }
-      }
+    // Its consumers, whichever slice of the pool published them.
+    if (auto c = consumers_.find(set_key); c != consumers_.end()) {
+      counter_sets_[set_key]->devices = c->second;
     }
     RecountCounters(set_key);
   }
-  for (const Key& key : keys) {
+  for (const Key& key : changed) {
     for (const auto& [set_key, counters] : devices_[key]->consumes) {
       RecountCounters(set_key);
     }
   }
   // Claims holding a device published now may learn where it is.
   std::set<Key> holders;
-  for (const Key& key : keys) {
+  for (const Key& key : changed) {
     if (auto a = allocations_.find(key); a != allocations_.end()) {
       for (const auto& [claim_key, consumed] : a->second) {
         holders.insert(claim_key);
@@ -191,7 +206,7 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     }
   }
   touched.insert(slice_node);
-  for (const Key& key : keys) {
+  for (const Key& key : changed) {
     Device& d = *devices_[key];
     touched.insert(d.node);
     d.counted_free = !DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node);
@@ -202,7 +217,6 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     RefreshNodeDevices(node);
   }
   slices_[name] = {std::move(keys), std::move(set_keys)};
-  capacity_changed_ = true;
   Flush();
 }
 
@@ -251,7 +265,6 @@ void Analyzer::ClassesChanged() {
   for (auto& [signature, leaf] : leaves_) {
     RecountLeaf(*leaf);
   }
-  capacity_changed_ = true;
   pending_shape_changed_ = true;
   MarkAllNodesDirty();
   Flush();
@@ -265,7 +278,6 @@ void Analyzer::UpsertNode(const NodeInfo& node) {
   if (changed) {
     RefreshNodeDevices(node.name);
     dirty_nodes_.insert(node.name);
-    capacity_changed_ = true;
     Flush();
   }
 }
@@ -275,7 +287,6 @@ void Analyzer::DeleteNode(const std::string& name) {
   if (nodes_.erase(name) > 0) {
     RefreshNodeDevices(name);
     dirty_nodes_.insert(name);
-    capacity_changed_ = true;
     Flush();
   }
 }
@@ -287,7 +298,6 @@ void Analyzer::SetNodesSynced() {
     RefreshFree(*device);
   }
   MarkAllNodesDirty();
-  capacity_changed_ = true;
   Flush();
 }
 
@@ -298,7 +308,6 @@ void Analyzer::SetSynced() {
   }
   deriving_ = true;
   MarkAllNodesDirty();
-  capacity_changed_ = true;
   rederive_all_ = true;
   Flush();
 }

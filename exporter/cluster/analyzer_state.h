@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/label_ids.h"
 #include "prometheus/histogram.h"
 #include "src/cel/cel.h"
 #include "src/fit/device_fit.h"
@@ -54,6 +55,7 @@ struct Analyzer::Device {
   Key key;
   std::string slice;
   std::string driver, pool, node, product, type, profile;
+  uint32_t driver_id = 0, product_id = 0;  // LabelIds of driver and product
   model::SliceDevice spec;
   bool tainted = false;  // a NoSchedule/NoExecute taint (fit::Blocking)
   bool multi = false;    // allowMultipleAllocations
@@ -67,6 +69,7 @@ struct Analyzer::Device {
   bool counted_free = false;  // counted as free (not held, not blocked, node up)
   std::vector<fit::CounterConsumption> consumes;  // by set key
   std::vector<std::string> classes;               // classes it surely matches
+  std::vector<uint32_t> class_ids;                // their LabelIds; {id of ""} when none
   std::vector<std::string> unknown_classes;       // classes whose selectors it cannot judge
   std::unordered_map<int, cel::Verdict> verdicts;
 };
@@ -92,6 +95,7 @@ struct Analyzer::Request {
 struct Analyzer::Claim {
   Key key;
   std::string ns, name, uid, device_class;
+  uint32_t ns_id = 0;  // LabelIds of ns
   absl::Time created = absl::InfinitePast();
   std::vector<std::shared_ptr<Request>> requests;
   std::vector<std::pair<Key, std::string>> devices;  // device key, class of its request
@@ -123,13 +127,22 @@ struct Analyzer::Series {
   absl::Time last;
 };
 
+// Label keys (LabelKey, ids from Analyzer::labels_) of the per-node and fleet series:
+//   pool      (driver, class, product)              dralens_cluster_pool_devices
+//   gpus      (driver, product, GpuState)           dralens_cluster_gpus
+//   stranded  (StrandedKind, product, class)        dralens_cluster_stranded_*
+//   held      (namespace, class, product, Usage)    dralens_cluster_gpu_seconds_total, _cost_total
+enum class Usage : uint32_t { kInUse, kAllocatedNotRunning };
+absl::string_view ToString(Usage usage);
+
 struct Analyzer::NodeAggregate {
-  // What the node adds to dralens_cluster_pool_devices: devices by (driver, class, product),
-  // indexed by PoolState.
-  std::map<std::vector<std::string>, std::array<int, kPoolStates>> pool;
-  std::map<std::vector<std::string>, prometheus::Gauge*> gpu_gauges;  // driver, product, state
-  std::set<std::vector<std::string>> stranded;                        // kind, product, class
-  std::map<std::vector<std::string>, double> held;  // namespace, class, product, usage state
+  // What the node adds to dralens_cluster_pool_devices, indexed by PoolState.
+  LabelTable<std::array<int, kPoolStates>> pool;
+  LabelTable<prometheus::Gauge*> gpu_gauges;
+  // The node's stranded series: once created they stay (their counters must not reset), at 0
+  // while the node strands nothing of that kind.
+  LabelTable<std::unique_ptr<Series>> stranded;
+  LabelTable<double> held;
   std::map<std::vector<std::string>, prometheus::Gauge*> placeable;  // gpu, profile
 };
 
@@ -149,11 +162,11 @@ struct Analyzer::LeafCounts {
 };
 
 struct Analyzer::GpuTally {
-  std::map<std::vector<std::string>, double> gpus;      // driver, product, state
-  std::map<std::vector<std::string>, double> stranded;  // kind, product, class
-  // GPU-equivalents held by claims: namespace, class, product, usage state (in_use while a
-  // reserving pod runs, else allocated_not_running).
-  std::map<std::vector<std::string>, double> held;
+  LabelTable<double> gpus;
+  LabelTable<double> stranded;
+  // GPU-equivalents held by claims (in_use while a reserving pod runs, else
+  // allocated_not_running).
+  LabelTable<double> held;
 };
 
 }  // namespace dralens::exporter::cluster

@@ -568,7 +568,7 @@ TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
   live.SetNodesSynced();
 
   for (int step = 0; step < 12; ++step) {
-    switch (pick(5)) {
+    switch (pick(7)) {
       case 0:  // a claim goes away
         if (!cluster.claims.empty()) {
           const size_t i = pick(cluster.claims.size());
@@ -595,6 +595,34 @@ TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
         const json& cls = cluster.classes[pick(cluster.classes.size())];
         classes.on_delete(cls);
         classes.on_add(cls);
+        break;
+      }
+      case 5: {  // one device of a slice gains or loses a NoSchedule taint, republished in place
+        json& slice = cluster.slices[pick(cluster.slices.size())];
+        json& devices = slice["spec"]["devices"];
+        if (devices.empty()) {
+          break;
+        }
+        const json old = slice;
+        json& device = devices[pick(devices.size())];
+        if (device.contains("taints")) {
+          device.erase("taints");
+        } else {
+          device["taints"] = json::array(
+              {{{"key", "gpu.dralens.dev/xid"}, {"value", "79"}, {"effect", "NoSchedule"}}});
+        }
+        slices.on_update(old, slice);
+        break;
+      }
+      case 6: {  // one device changes what selectors read, or nothing changes at all
+        json& slice = cluster.slices[pick(cluster.slices.size())];
+        json& devices = slice["spec"]["devices"];
+        const json old = slice;
+        if (!devices.empty() && pick(2) == 0) {
+          json& product = devices[pick(devices.size())]["attributes"]["productName"]["string"];
+          product = kProducts[pick(std::size(kProducts))];
+        }
+        slices.on_update(old, slice);
         break;
       }
       default:  // a pod starts or stops

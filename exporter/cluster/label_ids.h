@@ -1,0 +1,85 @@
+// Label values of the cluster series as small integers.
+//
+// A node's tally (GPUs by driver, product and state; stranded GPUs by kind, product and class;
+// held GPUs by namespace, class, product and usage) is summed on every event that touches the
+// node. Keyed by vectors of strings, that meant allocating and comparing strings for every
+// device; keyed by LabelKey (up to four integers) it is a few integer compares. Strings are
+// looked up once per device and only turned back into text when a series is created.
+//
+// LabelIds never forgets a value: the values are drivers, products, device classes, namespaces
+// and the fixed state and kind names, and the series they label (counters) outlive their
+// objects anyway, so the table grows no faster than the series do.
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/node_hash_map.h"
+#include "absl/strings/string_view.h"
+
+namespace dralens::exporter::cluster {
+
+class LabelIds {
+ public:
+  // The id of `value`, interning it on first sight. Ids are dense, from 0.
+  uint32_t Id(absl::string_view value);
+  const std::string& Value(uint32_t id) const { return *values_.at(id); }
+  size_t size() const { return values_.size(); }
+
+ private:
+  absl::node_hash_map<std::string, uint32_t> ids_;  // node map: the keys stay where they are
+  std::vector<const std::string*> values_;          // by id, pointing at the keys of ids_
+};
+
+// Up to four label ids; unused positions are 0. Ordered, so that series are created in a
+// stable order.
+struct LabelKey {
+  std::array<uint32_t, 4> ids = {};
+  friend bool operator==(const LabelKey&, const LabelKey&) = default;
+  friend auto operator<=>(const LabelKey&, const LabelKey&) = default;
+  uint32_t operator[](size_t i) const { return ids[i]; }
+};
+
+// Values summed by LabelKey. A node has a handful of label sets, so this is a vector searched
+// linearly: no allocation per entry and no hashing.
+template <typename V>
+class LabelTable {
+ public:
+  V& operator[](const LabelKey& key) {
+    for (auto& [k, v] : entries_) {
+      if (k == key) {
+        return v;
+      }
+    }
+    return entries_.emplace_back(key, V{}).second;
+  }
+  const V* Find(const LabelKey& key) const {
+    for (const auto& [k, v] : entries_) {
+      if (k == key) {
+        return &v;
+      }
+    }
+    return nullptr;
+  }
+  bool Contains(const LabelKey& key) const { return Find(key) != nullptr; }
+  // Removes the entries for which `drop(key, value)` holds.
+  template <typename F>
+  void EraseIf(F drop) {
+    std::erase_if(entries_, [&](auto& e) { return drop(e.first, e.second); });
+  }
+  bool empty() const { return entries_.empty(); }
+  size_t size() const { return entries_.size(); }
+  auto begin() { return entries_.begin(); }
+  auto end() { return entries_.end(); }
+  auto begin() const { return entries_.begin(); }
+  auto end() const { return entries_.end(); }
+
+ private:
+  std::vector<std::pair<LabelKey, V>> entries_;
+};
+
+}  // namespace dralens::exporter::cluster
