@@ -9,7 +9,6 @@
 #include "exporter/cluster/analyzer_state.h"
 #include "src/common/log.h"
 #include "src/telemetry/catalog.h"
-#include "src/telemetry/tracing/trace_context.h"
 
 namespace dralens::exporter::cluster {
 
@@ -33,7 +32,7 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
       claim_spread_(text_series_->AddGauge("dralens_cluster_claim_spread")),
       held_seconds_(telemetry::BuildCounter(registry, "dralens_cluster_gpu_seconds_total")),
       held_cost_(telemetry::BuildCounter(registry, "dralens_cluster_cost_total")),
-      tracer_(tracer),
+      lifecycle_(tracer),
       prices_(std::move(options.prices)),
       topology_sensitive_(std::move(options.topology_sensitive_classes)),
       clock_(options.clock != nullptr ? *options.clock : common::RealClock()) {
@@ -48,7 +47,7 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
 Analyzer::~Analyzer() {
   absl::MutexLock lock(&mu_);
   for (auto& [key, claim] : claims_by_key_) {
-    claim->span->End();
+    LifecycleTracer::Abandon(*claim->span);
   }
 }
 

@@ -47,6 +47,7 @@
 #include "exporter/cluster/explain.h"
 #include "exporter/cluster/findings.h"
 #include "exporter/cluster/label_ids.h"
+#include "exporter/cluster/lifecycle_tracer.h"
 #include "exporter/cluster/object_series.h"
 #include "exporter/cluster/pricing.h"
 #include "prometheus/counter.h"
@@ -292,7 +293,7 @@ class Analyzer {
   // Showback: a series per (namespace, class, usage state), fleet-wide.
   prometheus::Family<prometheus::Counter>& held_seconds_;
   prometheus::Family<prometheus::Counter>& held_cost_;
-  telemetry::Tracer& tracer_;
+  const LifecycleTracer lifecycle_;  // the claims' lifecycle spans
   const PriceTable prices_;
   const std::set<std::string> topology_sensitive_;
   common::Clock& clock_;

@@ -8,7 +8,6 @@
 #include "exporter/cluster/analyzer_state.h"
 #include "src/common/log.h"
 #include "src/telemetry/catalog.h"
-#include "src/telemetry/tracing/trace_context.h"
 
 namespace dralens::exporter::cluster {
 
@@ -88,14 +87,7 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
       }
     }
     c->device_class = c->requests.empty() ? std::string() : c->requests.front()->device_class;
-    telemetry::StartSpanOptions options;
-    options.trace_id = telemetry::TraceIdFromClaimUid(c->uid);
-    options.start_time = c->created;
-    c->span = tracer_.StartSpan("ResourceClaim", options);
-    c->span->SetAttribute("k8s.namespace.name", c->ns);
-    c->span->SetAttribute("k8s.resourceclaim.name", c->name);
-    c->span->SetAttribute("k8s.resourceclaim.uid", c->uid);
-    c->span->SetAttribute("dra.device_class", c->device_class);
+    c->span = lifecycle_.Begin(c->ns, c->name, c->uid, c->device_class, c->created);
     it = claims_by_key_.emplace(key, std::move(c)).first;
     RecordTransition(*it->second, Transition::kCreated);
   }
@@ -225,7 +217,7 @@ ClaimState Analyzer::StateOfClaim(const Claim& claim) const {
 
 void Analyzer::RecordTransition(Claim& claim, cluster::Transition to) {
   transition_counters_[to]->Increment();
-  claim.span->AddEvent(ToString(to));
+  LifecycleTracer::OnTransition(*claim.span, to);
 }
 
 void Analyzer::RefreshClaimState(Claim& claim) {
@@ -378,7 +370,7 @@ void Analyzer::UpdatePendingSeries(Claim& claim) {
                           {"reason", std::string(ToString(*reason))}},
                          0);
       claim.age = true;
-      claim.span->AddEvent("pending", {{"reason", std::string(ToString(*reason))}});
+      LifecycleTracer::OnPending(*claim.span, *reason);
     }
     claim.reason = reason;
   }

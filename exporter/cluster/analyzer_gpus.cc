@@ -8,7 +8,6 @@
 #include "exporter/cluster/analyzer_state.h"
 #include "src/common/log.h"
 #include "src/telemetry/catalog.h"
-#include "src/telemetry/tracing/trace_context.h"
 
 namespace dralens::exporter::cluster {
 

@@ -8,7 +8,6 @@
 #include "exporter/cluster/analyzer_state.h"
 #include "src/common/log.h"
 #include "src/telemetry/catalog.h"
-#include "src/telemetry/tracing/trace_context.h"
 
 namespace dralens::exporter::cluster {
 
@@ -198,13 +197,9 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
   if (claim.pending) {
     LeavePending(claim);
   }
-  // What the claim cost over its life, on its lifecycle span.
+  // What the claim cost over its life, for its lifecycle span.
   double gpus = 0;
   const auto [seconds, cost] = CurrentSpend(claim, clock_.Now(), &gpus);
-  if (claim.spent_gpu_seconds + seconds > 0) {
-    claim.span->SetAttribute("dralens.claim.gpu_hours", (claim.spent_gpu_seconds + seconds) / 3600);
-    claim.span->SetAttribute("dralens.claim.cost", claim.spent_cost + cost);
-  }
   SetClaimAllocations(claim, {}, {});
   SetReservations(claim, {});
   if (claim.has_state) {
@@ -214,7 +209,7 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
     }
   }
   RecordTransition(claim, Transition::kDeleted);
-  claim.span->End();
+  LifecycleTracer::End(*claim.span, claim.spent_gpu_seconds + seconds, claim.spent_cost + cost);
   claims_by_key_.erase(it);
 }
 

@@ -3,9 +3,12 @@
 // which implement the Analyzer by concern:
 //   analyzer.cc            construction, selectors, device state, Tick and queries
 //   analyzer_inventory.cc  slices, classes, nodes and pods as they come and go
-//   analyzer_claims.cc     claims: allocations, reservations, states, transitions, spans
+//   analyzer_claims.cc     claims: allocations, reservations, states, transitions
 //   analyzer_pending.cc    pending claims' reasons, from counts kept per request shape
 //   analyzer_gpus.cc       the derived series: physical GPUs, stranded capacity, MIG placement
+// and uses what lives apart from them: label_ids.h (label values as integers),
+// lifecycle_tracer.h (each claim's span), object_series.h (per-claim series), findings.h (the
+// pure classifiers).
 #pragma once
 
 #include <array>

@@ -136,6 +136,94 @@ void BM_PodEvent(benchmark::State& state) {
 }
 BENCHMARK(BM_PodEvent)->Unit(benchmark::kMicrosecond);
 
+// One GPU of a node gains or loses a NoSchedule taint: its slice is republished with that one
+// device changed.
+void BM_SliceTaint(benchmark::State& state) {
+  World& w = TheWorld();
+  int i = 0;
+  for (auto _ : state) {
+    model::ResourceSlice slice = NodeSlice(i / 2 % kNodes);
+    if (i % 2 == 0) {
+      model::DeviceTaint taint;
+      taint.key = "gpu.dralens.dev/xid";
+      taint.value = "79";
+      taint.effect = "NoSchedule";
+      slice.spec.devices[3].taints.push_back(taint);
+    }
+    w.analyzer->UpsertSlice(slice);
+    ++i;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_SliceTaint)->Unit(benchmark::kMicrosecond);
+
+// A node with one partitionable GPU (dynamic MIG): a counter set of 8 memory slices, the full
+// GPU and 7 one-slice placements consuming it.
+model::ResourceSlice PartitionableSlice(int node) {
+  model::ResourceSlice slice;
+  slice.metadata.name = absl::StrCat("mig-node-", node, "-gpus");
+  slice.spec.driver = kDriver;
+  slice.spec.node_name = absl::StrCat("mig-node-", node);
+  slice.spec.pool = {absl::StrCat("mig-node-", node), 1, 1};
+  model::CounterSet set;
+  set.name = "gpu-0-counter-set";
+  for (int s = 0; s < 8; ++s) {
+    set.counters[absl::StrCat("memory-slice-", s)].value = common::Quantity::FromInt64(1);
+  }
+  slice.spec.shared_counters.push_back(set);
+  auto device = [&](const std::string& name, const std::string& profile, int start, int size) {
+    model::SliceDevice d;
+    d.name = name;
+    d.attributes["type"] = model::DeviceAttribute::String(profile.empty() ? "gpu" : "mig");
+    d.attributes["productName"] = model::DeviceAttribute::String("H100");
+    if (!profile.empty()) {
+      d.attributes["profile"] = model::DeviceAttribute::String(profile);
+    }
+    model::DeviceCounterConsumption consumes;
+    consumes.counter_set = set.name;
+    for (int s = start; s < start + size; ++s) {
+      consumes.counters[absl::StrCat("memory-slice-", s)].value = common::Quantity::FromInt64(1);
+    }
+    d.consumes_counters.push_back(consumes);
+    slice.spec.devices.push_back(d);
+  };
+  device("gpu-0", "", 0, 8);
+  for (int p = 0; p < 7; ++p) {
+    device(absl::StrCat("gpu-0-mig-1g-", p), "1g.10gb", p, 1);
+  }
+  return slice;
+}
+
+// The initial sync of a fleet of partitionable GPUs: range(0) nodes' slices, one after another,
+// into an empty analyzer (timed per slice).
+void BM_PartitionableSync(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  std::vector<model::ResourceSlice> slices;
+  for (int n = 0; n < nodes; ++n) {
+    slices.push_back(PartitionableSlice(n));
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto tracing = telemetry::TracerProvider::CreateNoop();
+    prometheus::Registry registry;
+    auto analyzer = std::make_unique<Analyzer>(registry, tracing->tracer(), AnalyzerOptions{});
+    model::DeviceClass mig;
+    mig.metadata.name = "mig";
+    mig.spec.selectors.push_back(
+        {model::CelDeviceSelector{"device.attributes['gpu.dralens.dev'].type == 'mig'"}});
+    analyzer->UpsertClass(mig);
+    state.ResumeTiming();
+    for (const model::ResourceSlice& slice : slices) {
+      analyzer->UpsertSlice(slice);
+    }
+    state.PauseTiming();
+    analyzer.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * nodes);
+}
+BENCHMARK(BM_PartitionableSync)->Arg(1000)->Arg(4000)->Arg(12500)->Unit(benchmark::kMillisecond);
+
 void BM_Tick(benchmark::State& state) {
   World& w = TheWorld();
   for (auto _ : state) {
