@@ -346,8 +346,8 @@ class Analyzer {
   bool rederive_all_ ABSL_GUARDED_BY(mu_) = false;
 
   // Aggregated series.
-  std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> claim_counts_
-      ABSL_GUARDED_BY(mu_);
+  // dralens_cluster_claims: (ClaimState, class, namespace) -> series and claims.
+  std::map<LabelKey, std::pair<prometheus::Gauge*, int>> claim_counts_ ABSL_GUARDED_BY(mu_);
   std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> pending_counts_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> latency_ ABSL_GUARDED_BY(mu_);

@@ -87,6 +87,7 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
       }
     }
     c->device_class = c->requests.empty() ? std::string() : c->requests.front()->device_class;
+    c->class_id = labels_.Id(c->device_class);
     c->span = lifecycle_.Begin(c->ns, c->name, c->uid, c->device_class, c->created);
     it = claims_by_key_.emplace(key, std::move(c)).first;
     RecordTransition(*it->second, Transition::kCreated);
@@ -228,11 +229,12 @@ void Analyzer::RefreshClaimState(Claim& claim) {
     return;
   }
   auto count = [&](ClaimState s, int delta) {
-    std::vector<std::string> labels = {std::string(ToString(s)), claim.device_class, claim.ns};
+    const LabelKey labels = {{static_cast<uint32_t>(s), claim.class_id, claim.ns_id}};
     auto [it, inserted] = claim_counts_.emplace(labels, std::make_pair(nullptr, 0));
     if (inserted) {
-      it->second.first = &claims_.Add(
-          {{"state", labels[0]}, {"device_class", labels[1]}, {"namespace", labels[2]}});
+      it->second.first = &claims_.Add({{"state", std::string(ToString(s))},
+                                       {"device_class", claim.device_class},
+                                       {"namespace", claim.ns}});
     }
     it->second.second += delta;
     it->second.first->Set(it->second.second);

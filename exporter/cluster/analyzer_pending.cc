@@ -203,7 +203,8 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
   SetClaimAllocations(claim, {}, {});
   SetReservations(claim, {});
   if (claim.has_state) {
-    auto c = claim_counts_.find({std::string(ToString(claim.state)), claim.device_class, claim.ns});
+    auto c = claim_counts_.find(
+        LabelKey{{static_cast<uint32_t>(claim.state), claim.class_id, claim.ns_id}});
     if (c != claim_counts_.end()) {
       c->second.first->Set(--c->second.second);
     }

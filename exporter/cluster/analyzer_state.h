@@ -98,7 +98,7 @@ struct Analyzer::Request {
 struct Analyzer::Claim {
   Key key;
   std::string ns, name, uid, device_class;
-  uint32_t ns_id = 0;  // LabelIds of ns
+  uint32_t ns_id = 0, class_id = 0;  // LabelIds of ns and device_class
   absl::Time created = absl::InfinitePast();
   std::vector<std::shared_ptr<Request>> requests;
   std::vector<std::pair<Key, std::string>> devices;  // device key, class of its request
