@@ -67,15 +67,19 @@ int Analyzer::SelectorId(const std::string& expression) {
 }
 
 cel::Verdict Analyzer::Evaluate(Device& device, int selector) {
-  auto [it, inserted] = device.verdicts.emplace(selector, cel::Verdict::kUnknown);
-  if (inserted) {
-    const absl::StatusOr<cel::Program>& program = programs_[selector];
-    if (program.ok()) {
-      cel::DeviceView view{device.driver, &device.spec.attributes, &device.spec.capacity};
-      it->second = program->Evaluate(view).verdict;
-    }
+  auto it = std::lower_bound(device.verdicts.begin(), device.verdicts.end(), selector,
+                             [](const auto& entry, int id) { return entry.first < id; });
+  if (it != device.verdicts.end() && it->first == selector) {
+    return it->second;
   }
-  return it->second;
+  cel::Verdict verdict = cel::Verdict::kUnknown;
+  const absl::StatusOr<cel::Program>& program = programs_[selector];
+  if (program.ok()) {
+    cel::DeviceView view{device.driver, &device.spec.attributes, &device.spec.capacity};
+    verdict = program->Evaluate(view).verdict;
+  }
+  device.verdicts.insert(it, {selector, verdict});
+  return verdict;
 }
 
 cel::Verdict Analyzer::MatchesAll(Device& device, const std::vector<int>& selectors) {

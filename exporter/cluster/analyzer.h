@@ -315,7 +315,8 @@ class Analyzer {
   // slice name -> device keys and counter set keys it published
   std::unordered_map<std::string, std::pair<std::vector<Key>, std::vector<std::string>>> slices_
       ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string, std::set<Key>> node_devices_ ABSL_GUARDED_BY(mu_);
+  // node -> its devices (owned by devices_), in no particular order.
+  std::unordered_map<std::string, std::vector<Device*>> node_devices_ ABSL_GUARDED_BY(mu_);
   // class -> devices that match it for sure / whose verdict is unknown
   std::map<std::string, std::set<Key>> class_devices_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<Key>> class_unknown_ ABSL_GUARDED_BY(mu_);

@@ -167,11 +167,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
   const bool down = NodeDown(node);
   // Devices by physical GPU, each GPU's in key order, so that the result does not depend on
   // hashing.
-  std::vector<Device*> sorted;
-  sorted.reserve(devs->second.size());
-  for (const Key& key : devs->second) {
-    sorted.push_back(devices_.at(key).get());
-  }
+  std::vector<Device*> sorted = devs->second;
   std::sort(sorted.begin(), sorted.end(), [](const Device* a, const Device* b) {
     return a->gpu != b->gpu ? a->gpu < b->gpu : a->key < b->key;
   });
@@ -322,8 +318,8 @@ void Analyzer::RecomputeNode(const std::string& node) {
   auto devs = node_devices_.find(node);
   if (devs != node_devices_.end()) {
     const uint32_t no_class = labels_.Id("");
-    for (const Key& key : devs->second) {
-      Device& d = *devices_.at(key);
+    for (const Device* device : devs->second) {
+      const Device& d = *device;
       const bool allocated = DeviceAllocated(d);
       const bool blocked = DeviceBlocked(d);
       PoolState state = d.tainted                ? PoolState::kTainted
@@ -511,8 +507,8 @@ void Analyzer::RecomputePlaceable(const std::string& node) {
   // the fleet).
   std::set<std::string> set_keys;
   if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
-    for (const Key& key : devs->second) {
-      for (const auto& [set_key, counters] : devices_.at(key)->consumes) {
+    for (const Device* d : devs->second) {
+      for (const auto& [set_key, counters] : d->consumes) {
         set_keys.insert(set_key);
       }
     }

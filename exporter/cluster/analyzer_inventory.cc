@@ -46,7 +46,12 @@ void Analyzer::RemoveDevice(std::unordered_map<Key, std::unique_ptr<Device>>::it
   Device& d = *it->second;
   CountDevice(d, -1);
   UnclassifyDevice(d);
-  node_devices_[d.node].erase(d.key);
+  if (auto devs = node_devices_.find(d.node); devs != node_devices_.end()) {
+    std::erase(devs->second, &d);
+    if (devs->second.empty()) {
+      node_devices_.erase(devs);
+    }
+  }
   dirty_nodes_.insert(d.node);
   touched.insert(d.node);
   for (const auto& [set_key, counters] : d.consumes) {
@@ -77,7 +82,7 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     incoming[DeviceKey(spec.driver, spec.pool.name, sd.name)] = &sd;
   }
   std::set<Key> unchanged;
-  std::unordered_map<Key, std::unordered_map<int, cel::Verdict>> kept;
+  std::unordered_map<Key, std::vector<std::pair<int, cel::Verdict>>> kept;
   if (auto old = slices_.find(name); old != slices_.end()) {
     for (const Key& key : old->second.first) {
       auto dev = devices_.find(key);
@@ -166,7 +171,7 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       RemoveDevice(existing, touched);
     }
     ClassifyDevice(*d);
-    node_devices_[d->node].insert(d->key);
+    node_devices_[d->node].push_back(d.get());
     dirty_nodes_.insert(d->node);
     for (const auto& [set_key, counters] : d->consumes) {
       consumers_[set_key].insert(d->key);

@@ -74,8 +74,8 @@ void Analyzer::RefreshNodeDevices(const std::string& node) {
   if (devs == node_devices_.end()) {
     return;
   }
-  for (const Key& key : devs->second) {
-    RefreshFree(*devices_.at(key));
+  for (Device* d : devs->second) {
+    RefreshFree(*d);
   }
 }
 

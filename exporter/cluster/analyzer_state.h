@@ -74,7 +74,9 @@ struct Analyzer::Device {
   std::vector<std::string> classes;               // classes it surely matches
   std::vector<uint32_t> class_ids;                // their LabelIds; {id of ""} when none
   std::vector<std::string> unknown_classes;       // classes whose selectors it cannot judge
-  std::unordered_map<int, cel::Verdict> verdicts;
+  // Cached selector verdicts by selector id, sorted: a handful per device, so a flat vector
+  // (a hash map cost about 4 times the memory).
+  std::vector<std::pair<int, cel::Verdict>> verdicts;
 };
 
 struct Analyzer::CounterSet {
