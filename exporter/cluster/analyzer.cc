@@ -66,7 +66,7 @@ int Analyzer::SelectorId(const std::string& expression) {
   return it->second;
 }
 
-cel::Verdict Analyzer::Evaluate(Device& device, int selector) {
+cel::Verdict Analyzer::Evaluate(Device& device, int selector, const cel::DeviceView* view) {
   auto it = std::lower_bound(device.verdicts.begin(), device.verdicts.end(), selector,
                              [](const auto& entry, int id) { return entry.first < id; });
   if (it != device.verdicts.end() && it->first == selector) {
@@ -74,16 +74,20 @@ cel::Verdict Analyzer::Evaluate(Device& device, int selector) {
   }
   cel::Verdict verdict = cel::Verdict::kUnknown;
   const absl::StatusOr<cel::Program>& program = programs_[selector];
-  if (program.ok()) {
-    cel::DeviceView view{device.driver, &device.spec.attributes, &device.spec.capacity};
-    verdict = program->Evaluate(view).verdict;
+  if (program.ok() && view != nullptr) {
+    verdict = program->Evaluate(*view).verdict;
+  } else if (program.ok()) {
+    const SelectorMaps maps = SelectorMaps::Of(device.spec);
+    verdict = program->Evaluate({device.driver, &maps.attributes, &maps.capacity}).verdict;
   }
   device.verdicts.insert(it, {selector, verdict});
   return verdict;
 }
 
-cel::Verdict Analyzer::MatchesAll(Device& device, const std::vector<int>& selectors) {
-  return fit::AllOf(selectors.size(), [&](size_t i) { return Evaluate(device, selectors[i]); });
+cel::Verdict Analyzer::MatchesAll(Device& device, const std::vector<int>& selectors,
+                                  const cel::DeviceView* view) {
+  return fit::AllOf(selectors.size(),
+                    [&](size_t i) { return Evaluate(device, selectors[i], view); });
 }
 
 void Analyzer::UnclassifyDevice(Device& device) {
@@ -98,10 +102,18 @@ void Analyzer::UnclassifyDevice(Device& device) {
   device.unknown_classes.clear();
 }
 
-void Analyzer::ClassifyDevice(Device& device) {
+void Analyzer::ClassifyDevice(Device& device, const cel::DeviceView* view) {
   UnclassifyDevice(device);
+  // Without the published device at hand, its maps are rebuilt once for all the classes.
+  std::optional<SelectorMaps> maps;
+  cel::DeviceView rebuilt;
+  if (view == nullptr && !classes_.empty()) {
+    maps = SelectorMaps::Of(device.spec);
+    rebuilt = {device.driver, &maps->attributes, &maps->capacity};
+    view = &rebuilt;
+  }
   for (const auto& [name, selectors] : classes_) {
-    cel::Verdict v = MatchesAll(device, selectors);
+    cel::Verdict v = MatchesAll(device, selectors, view);
     if (v == cel::Verdict::kTrue) {
       device.classes.push_back(name);
       device.class_ids.push_back(labels_.Id(name));
@@ -134,9 +146,8 @@ bool Analyzer::DeviceAllocated(const Device& device) const {
     }
   }
   for (const auto& [name, value] : consumed) {
-    auto cap = device.spec.capacity.find(name);
-    if (cap != device.spec.capacity.end() &&
-        value + kEpsilon >= cap->second.value.AsApproximateDouble()) {
+    auto cap = device.capacity.find(name);
+    if (cap != device.capacity.end() && value + kEpsilon >= cap->second) {
       return true;
     }
   }

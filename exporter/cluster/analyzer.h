@@ -44,6 +44,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "exporter/cluster/compact_spec.h"
 #include "exporter/cluster/explain.h"
 #include "exporter/cluster/findings.h"
 #include "exporter/cluster/label_ids.h"
@@ -161,10 +162,14 @@ class Analyzer {
 
   // Selector evaluation, cached per (selector, device).
   int SelectorId(const std::string& expression) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  cel::Verdict Evaluate(Device& device, int selector) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  cel::Verdict MatchesAll(Device& device, const std::vector<int>& selectors)
+  // On a cache miss the selector reads `view` when given (the device as just published), else
+  // maps rebuilt from the device's CompactSpec.
+  cel::Verdict Evaluate(Device& device, int selector, const cel::DeviceView* view = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ClassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  cel::Verdict MatchesAll(Device& device, const std::vector<int>& selectors,
+                          const cel::DeviceView* view = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ClassifyDevice(Device& device, const cel::DeviceView* view = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnclassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RequestFits(const Request& request, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a slice's devices (but those in `keep`) and counter sets; adds the nodes they were
@@ -301,6 +306,8 @@ class Analyzer {
   absl::Mutex mu_;
   // Label values of the derived series as integers (label_ids.h).
   LabelIds labels_ ABSL_GUARDED_BY(mu_);
+  // Attribute and capacity names of the devices' CompactSpecs.
+  NamePool names_ ABSL_GUARDED_BY(mu_);
   // Selectors: compiled once per distinct expression.
   std::unordered_map<std::string, int> selector_ids_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::StatusOr<cel::Program>> programs_ ABSL_GUARDED_BY(mu_);

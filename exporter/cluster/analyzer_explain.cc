@@ -239,9 +239,9 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
       const Device& dev = *d->second;
       p.node = dev.node;
       p.product = dev.product;
-      p.pcie_root = StringAttribute(dev.spec, "pcieRoot");
-      p.nvlink_domain = StringAttribute(dev.spec, "nvlinkDomain");
-      if (const model::DeviceAttribute* numa = Attribute(dev.spec, "numaNode");
+      p.pcie_root = dev.spec.StringAttribute("pcieRoot");
+      p.nvlink_domain = dev.spec.StringAttribute("nvlinkDomain");
+      if (const model::DeviceAttribute* numa = dev.spec.Attribute("numaNode");
           numa != nullptr && numa->AsInt() != nullptr) {
         p.numa_node = *numa->AsInt();
       }

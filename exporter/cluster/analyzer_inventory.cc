@@ -92,9 +92,9 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       }
       const Device& d = *dev->second;
       const model::SliceDevice& sd = *now->second;
-      if (d.spec == sd && d.node == sd.node_name.value_or(slice_node)) {
+      if (d.spec.Same(sd) && d.node == sd.node_name.value_or(slice_node)) {
         unchanged.insert(key);
-      } else if (d.spec.attributes == sd.attributes && d.spec.capacity == sd.capacity) {
+      } else if (d.spec.SameSelectorInput(sd)) {
         kept[key] = std::move(dev->second->verdicts);
       }
     }
@@ -128,7 +128,7 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     d->driver = spec.driver;
     d->pool = spec.pool.name;
     d->node = sd.node_name.value_or(slice_node);
-    d->spec = sd;
+    d->spec = CompactSpec::Of(sd, names_);
     d->product = StringAttribute(sd, "productName");
     d->driver_id = labels_.Id(d->driver);
     d->product_id = labels_.Id(d->product);
@@ -170,7 +170,8 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       // name): the old one leaves every index it was in, as RemoveSliceLocked would take it out.
       RemoveDevice(existing, touched);
     }
-    ClassifyDevice(*d);
+    const cel::DeviceView published{d->driver, &sd.attributes, &sd.capacity};
+    ClassifyDevice(*d, &published);
     node_devices_[d->node].push_back(d.get());
     dirty_nodes_.insert(d->node);
     for (const auto& [set_key, counters] : d->consumes) {

@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
+#include "exporter/cluster/compact_spec.h"
 #include "exporter/cluster/label_ids.h"
 #include "prometheus/histogram.h"
 #include "src/cel/cel.h"
@@ -59,9 +60,9 @@ struct Analyzer::Device {
   std::string slice;
   std::string driver, pool, node, product, type, profile;
   uint32_t driver_id = 0, product_id = 0;  // LabelIds of driver and product
-  model::SliceDevice spec;
-  bool tainted = false;  // a NoSchedule/NoExecute taint (fit::Blocking)
-  bool multi = false;    // allowMultipleAllocations
+  CompactSpec spec;                        // what the analysis reads of the published device
+  bool tainted = false;                    // a NoSchedule/NoExecute taint (fit::Blocking)
+  bool multi = false;                      // allowMultipleAllocations
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
   // else the device itself. Devices with the same key are one GPU.
   std::string gpu;

@@ -27,12 +27,12 @@ void Analyzer::RefreshSpread(Claim& claim) {
       }
       DevicePlace place;
       place.node = d->second->node;
-      place.pcie_root = StringAttribute(d->second->spec, "pcieRoot");
-      if (const model::DeviceAttribute* numa = Attribute(d->second->spec, "numaNode");
+      place.pcie_root = d->second->spec.StringAttribute("pcieRoot");
+      if (const model::DeviceAttribute* numa = d->second->spec.Attribute("numaNode");
           numa != nullptr && std::holds_alternative<int64_t>(numa->value)) {
         place.numa_node = std::get<int64_t>(numa->value);
       }
-      place.nvlink_domain = StringAttribute(d->second->spec, "nvlinkDomain");
+      place.nvlink_domain = d->second->spec.StringAttribute("nvlinkDomain");
       places.push_back(std::move(place));
     }
     topology = ClaimTopology{.spread = ClassifySpread(places), .nvlink = ClassifyNvlink(places)};
