@@ -231,6 +231,9 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Claims.
+  // `request`, or the equal request another claim already holds.
+  std::shared_ptr<Request> SharedRequest(std::shared_ptr<Request> request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ClaimState StateOfClaim(const Claim& claim) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshClaimState(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordTransition(Claim& claim, Transition to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -333,6 +336,9 @@ class Analyzer {
   bool deriving_ ABSL_GUARDED_BY(mu_) = true;
 
   std::unordered_map<Key, std::unique_ptr<Claim>> claims_by_key_ ABSL_GUARDED_BY(mu_);
+  // The requests claims hold, by signature and names: equal requests are shared.
+  std::unordered_map<std::string, std::weak_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
+  size_t live_request_keys_ ABSL_GUARDED_BY(mu_) = 0;
   // device key -> claim key -> consumed capacity (name -> value)
   std::unordered_map<Key, std::map<Key, std::map<std::string, double>>> allocations_
       ABSL_GUARDED_BY(mu_);

@@ -32,6 +32,26 @@ std::string SignatureOf(absl::string_view device_class, const std::vector<model:
 
 }  // namespace
 
+std::shared_ptr<Analyzer::Request> Analyzer::SharedRequest(std::shared_ptr<Request> request) {
+  // Requests are immutable once built: claims asking the same thing share one. The key is the
+  // signature plus the names (the request's and its alternatives'), which explain shows.
+  std::string key = absl::StrCat(request->name, "\x1d", request->signature);
+  for (const std::shared_ptr<Request>& alternative : request->alternatives) {
+    absl::StrAppend(&key, "\x1e", alternative->name);
+  }
+  std::weak_ptr<Request>& slot = requests_[key];
+  if (std::shared_ptr<Request> shared = slot.lock()) {
+    return shared;
+  }
+  slot = request;
+  if (requests_.size() > 2 * live_request_keys_ + 64) {
+    // Forget the keys whose requests every claim let go of.
+    std::erase_if(requests_, [](const auto& entry) { return entry.second.expired(); });
+    live_request_keys_ = requests_.size();
+  }
+  return request;
+}
+
 void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
   absl::MutexLock lock(&mu_);
   const Key key = absl::StrCat(obj.metadata.namespace_name, "/", obj.metadata.name);
@@ -70,8 +90,8 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
     for (const model::DeviceRequest& req : obj.spec.devices.requests) {
       if (req.exactly.has_value()) {
         const model::ExactDeviceRequest& e = *req.exactly;
-        c->requests.push_back(build(req.name, e.device_class_name, e.selectors, e.tolerations,
-                                    e.allocation_mode, e.count));
+        c->requests.push_back(SharedRequest(build(req.name, e.device_class_name, e.selectors,
+                                                  e.tolerations, e.allocation_mode, e.count)));
       } else {
         auto r = std::make_shared<Request>();
         r->name = req.name;
@@ -83,7 +103,7 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
         }
         r->device_class =
             r->alternatives.empty() ? std::string() : r->alternatives.front()->device_class;
-        c->requests.push_back(std::move(r));
+        c->requests.push_back(SharedRequest(std::move(r)));
       }
     }
     c->device_class = c->requests.empty() ? std::string() : c->requests.front()->device_class;
