@@ -154,6 +154,37 @@ TEST_F(ExplainTest, FirstAvailableExplainsEachOption) {
       << FunnelText(f);
 }
 
+// Claims that ask the same thing share one request record; each is still explained under its own
+// request names, and one claim going leaves the other's request whole.
+TEST_F(ExplainTest, EqualRequestsUnderOtherNamesKeepTheirNames) {
+  Add(k8s::kResourceSlices, testing::Slice("a", Gpus("a", 1)));
+  auto either = [](const std::string& name, const std::string& request, const std::string& a,
+                   const std::string& b) {
+    nlohmann::json claim = testing::Claim("team", name, "gpu");
+    claim["metadata"]["uid"] = "uid-" + name;
+    claim["spec"]["devices"]["requests"] =
+        nlohmann::json::array({{{"name", request},
+                                {"firstAvailable",
+                                 {{{"name", a},
+                                   {"deviceClassName", "gpu"},
+                                   {"selectors", {{{"cel", {{"expression", kH200}}}}}}},
+                                  {{"name", b}, {"deviceClassName", "gpu"}, {"count", 2}}}}}});
+    return claim;
+  };
+  const nlohmann::json first = either("first", "req", "h200", "any");
+  Add(k8s::kResourceClaims, first);
+  Add(k8s::kResourceClaims, either("same", "req", "h200", "any"));
+  Add(k8s::kResourceClaims, either("renamed", "gpus", "h200", "any"));
+  Add(k8s::kResourceClaims, either("options-renamed", "req", "big", "small"));
+  HandlersFor(k8s::kResourceClaims, analyzer_).on_delete(first);
+  EXPECT_EQ(Funnel("same").options[0].request, "req/h200");
+  EXPECT_EQ(Funnel("renamed").request, "gpus");
+  EXPECT_EQ(Funnel("renamed").options[1].request, "gpus/any");
+  EXPECT_EQ(Funnel("options-renamed").options[0].request, "req/big");
+  EXPECT_EQ(Funnel("options-renamed").options[1].request, "req/small");
+  EXPECT_EQ(Funnel("same").reason, PendingReason::kUnsatisfiable);
+}
+
 TEST_F(ExplainTest, AllocatedClaimLandingUseAndCost) {
   nlohmann::json slice = testing::Slice("a", Gpus("a", 2));
   for (int i = 0; i < 2; ++i) {
