@@ -1,6 +1,7 @@
 // The node role on a real NVIDIA GPU, driven as the kubelet drives it: full GPU, then a MIG
 // instance that dralens creates (switching MIG mode on, on Hopper and later), then the full GPU
-// again once dralens has destroyed the instance and switched MIG mode off.
+// again once dralens has destroyed the instance and switched MIG mode off; and a time-sliced
+// claim, whose time slice dralens sets and puts back.
 //
 // Not part of ctest: it needs a GPU whose MIG mode is off and may be changed, so it runs only
 // when asked, through tests/hardware/run-on-gpu.sh (which also puts the MIG mode back should
@@ -105,6 +106,36 @@ TEST(MigOnGpuTest, FullGpuThenADynamicMigInstanceThenTheFullGpuAgain) {
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
     if (absl::StrContains(line, "MIG") || absl::StrContains(line, "level=warn") ||
         absl::StrContains(line, "level=error") || absl::StrContains(line, "discovered")) {
+      std::printf("%.*s\n", static_cast<int>(line.size()), line.data());
+    }
+  }
+}
+
+// A time-sliced claim: dralens sets the GPU's time slice for it (nvidia-smi compute-policy
+// --set-timeslice, as NVML has no call for it) and puts the default back when the claim goes.
+TEST(TimeSliceOnGpuTest, ATimeSlicedClaimSetsTheIntervalAndTheDefaultComesBack) {
+  ASSERT_EQ(MigMode(), "Disabled") << "needs a GPU whose MIG mode is off";
+  const std::string before = Shell("nvidia-smi compute-policy -l");
+  NodeHarness node;
+  node.UseDeviceSource({"--device-source=nvml"});
+  node.Start();
+  node.Register();
+  const nlohmann::json long_slices = nlohmann::json::parse(R"({
+      "apiVersion": "resource.dralens.dev/v1beta1", "kind": "GpuConfig",
+      "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}})");
+  const NodeHarness::Claim sliced = node.AllocatedClaim("sliced", "gpu-0", long_slices);
+  std::vector<std::string> ids;
+  EXPECT_EQ(node.Prepare(sliced, &ids), "");
+  std::printf("time-sliced claim prepared: %s\n", absl::StrJoin(ids, ",").c_str());
+  const std::string during = Shell("nvidia-smi compute-policy -l");
+  EXPECT_NE(during, before) << "the GPU's time slice did not change";
+  Shell("nvidia-smi -i 0 --query-gpu=compute_mode --format=csv,noheader");
+  EXPECT_EQ(node.Unprepare(sliced), "");
+  EXPECT_EQ(Shell("nvidia-smi compute-policy -l"), before) << "the time slice was not put back";
+  EXPECT_EQ(node.process().Stop(SIGTERM, absl::Seconds(20)), 0);
+  for (absl::string_view line : absl::StrSplit(node.process().Output(), '\n')) {
+    if (absl::StrContains(line, "slic") || absl::StrContains(line, "sharing") ||
+        absl::StrContains(line, "level=warn") || absl::StrContains(line, "level=error")) {
       std::printf("%.*s\n", static_cast<int>(line.size()), line.data());
     }
   }
