@@ -91,13 +91,12 @@ cel::Verdict Analyzer::MatchesAll(Device& device, const std::vector<int>& select
 }
 
 void Analyzer::UnclassifyDevice(Device& device) {
-  for (const std::string& c : device.classes) {
-    class_devices_[c].erase(device.key);
+  for (uint32_t c : device.class_ids) {
+    class_devices_[labels_.Value(c)].erase(device.key);
   }
   for (const std::string& c : device.unknown_classes) {
     class_unknown_[c].erase(device.key);
   }
-  device.classes.clear();
   device.class_ids.clear();
   device.unknown_classes.clear();
 }
@@ -115,16 +114,12 @@ void Analyzer::ClassifyDevice(Device& device, const cel::DeviceView* view) {
   for (const auto& [name, selectors] : classes_) {
     cel::Verdict v = MatchesAll(device, selectors, view);
     if (v == cel::Verdict::kTrue) {
-      device.classes.push_back(name);
       device.class_ids.push_back(labels_.Id(name));
       class_devices_[name].insert(device.key);
     } else if (v == cel::Verdict::kUnknown) {
       device.unknown_classes.push_back(name);
       class_unknown_[name].insert(device.key);
     }
-  }
-  if (device.class_ids.empty()) {
-    device.class_ids.push_back(labels_.Id(""));  // counted under class ""
   }
 }
 
@@ -135,7 +130,7 @@ bool Analyzer::DeviceAllocated(const Device& device) const {
   if (it == allocations_.end() || it->second.empty()) {
     return false;
   }
-  if (!device.multi) {
+  if (!device.spec.allow_multiple_allocations) {
     return true;
   }
   // Shared device: full once any consumed capacity reaches what the device has.

@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 #include "exporter/cluster/analyzer.h"
 #include "exporter/cluster/analyzer_state.h"
 #include "src/common/log.h"
@@ -87,7 +88,7 @@ std::vector<std::pair<const Analyzer::Claim*, double>> Analyzer::HolderShares(
   if (a == allocations_.end() || a->second.empty()) {
     return shares;
   }
-  if (!device.multi) {
+  if (!device.spec.allow_multiple_allocations) {
     // Whole-device allocations: several holders (admin access) split it evenly.
     for (const auto& [claim_key, consumed] : a->second) {
       if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
@@ -172,14 +173,12 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     return a->gpu != b->gpu ? a->gpu < b->gpu : a->key < b->key;
   });
   const uint32_t no_class = labels_.Id("");
-  std::vector<Device*> devices;
   for (size_t begin = 0; begin < sorted.size();) {
     size_t end = begin + 1;
     while (end < sorted.size() && sorted[end]->gpu == sorted[begin]->gpu) {
       ++end;
     }
-    devices.assign(sorted.begin() + static_cast<std::ptrdiff_t>(begin),
-                   sorted.begin() + static_cast<std::ptrdiff_t>(end));
+    const absl::Span<Device* const> devices(&sorted[begin], end - begin);
     begin = end;
     const Device& first = *devices.front();
     const CounterSet* set = nullptr;
@@ -463,8 +462,8 @@ void Analyzer::UpdatePoolTotals(const LabelTable<std::array<int, kPoolStates>>& 
     const std::string& product = labels_.Value(labels[2]);
     // The price of a GPU of each (class, product) published, so that rules can price what the
     // node's series count (idle claims) the way stranded cost is priced here.
-    const std::pair<std::string, std::string> priced = {device_class, product};
     if (any && total.gauges[0] == nullptr) {
+      const std::pair<std::string, std::string> priced = {device_class, product};
       auto& [gauge, refs] = prices_in_use_[priced];
       if (refs++ == 0) {
         gauge =
@@ -472,7 +471,7 @@ void Analyzer::UpdatePoolTotals(const LabelTable<std::array<int, kPoolStates>>& 
         gauge->Set(prices_.PriceOf(priced.first, priced.second));
       }
     } else if (!any && total.gauges[0] != nullptr) {
-      auto price = prices_in_use_.find(priced);
+      auto price = prices_in_use_.find({device_class, product});
       if (price != prices_in_use_.end() && --price->second.second == 0) {
         price_per_gpu_hour_.Remove(price->second.first);
         prices_in_use_.erase(price);

@@ -129,12 +129,11 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     d->pool = spec.pool.name;
     d->node = sd.node_name.value_or(slice_node);
     d->spec = CompactSpec::Of(sd, names_);
-    d->product = StringAttribute(sd, "productName");
+    d->product = d->spec.StringAttribute("productName");
     d->driver_id = labels_.Id(d->driver);
     d->product_id = labels_.Id(d->product);
-    d->type = StringAttribute(sd, "type");
-    d->profile = StringAttribute(sd, "profile");
-    d->multi = sd.allow_multiple_allocations.value_or(false);
+    d->type = d->spec.StringAttribute("type");
+    d->profile = d->spec.StringAttribute("profile");
     d->tainted = std::any_of(sd.taints.begin(), sd.taints.end(), fit::Blocking);
     // Counter sets by their key across pools.
     d->consumes = fit::ConsumptionOf(sd);
@@ -155,9 +154,9 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     }
     if (!d->consumes.empty()) {
       d->gpu = absl::StrCat("counters\x1f", d->consumes.front().first);
-    } else if (std::string parent = StringAttribute(sd, "parentUUID"); !parent.empty()) {
+    } else if (std::string parent = d->spec.StringAttribute("parentUUID"); !parent.empty()) {
       d->gpu = absl::StrCat("uuid\x1f", spec.driver, "\x1f", parent);
-    } else if (std::string uuid = StringAttribute(sd, "uuid"); !uuid.empty()) {
+    } else if (std::string uuid = d->spec.StringAttribute("uuid"); !uuid.empty()) {
       d->gpu = absl::StrCat("uuid\x1f", spec.driver, "\x1f", uuid);
     } else {
       d->gpu = absl::StrCat("device\x1f", d->key);

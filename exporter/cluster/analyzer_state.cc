@@ -17,24 +17,6 @@ std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::st
   return absl::StrCat(driver, "/", pool, "/", device);
 }
 
-const model::DeviceAttribute* Attribute(const model::SliceDevice& device, absl::string_view name) {
-  for (const auto& [key, value] : device.attributes) {
-    if (key == name || (absl::EndsWith(key, name) && key.size() > name.size() &&
-                        key[key.size() - name.size() - 1] == '/')) {
-      return &value;
-    }
-  }
-  return nullptr;
-}
-
-std::string StringAttribute(const model::SliceDevice& device, absl::string_view name) {
-  const model::DeviceAttribute* a = Attribute(device, name);
-  if (a == nullptr || a->AsString() == nullptr) {
-    return "";
-  }
-  return *a->AsString();
-}
-
 bool IsMemorySlice(absl::string_view name) {
   return absl::StartsWith(name, "memory-slice") || absl::StartsWith(name, "memorySlice");
 }

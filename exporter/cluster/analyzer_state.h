@@ -42,10 +42,6 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
 
 std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::string_view device);
 
-// An attribute by its unqualified name, published either bare or in any domain.
-const model::DeviceAttribute* Attribute(const model::SliceDevice& device, absl::string_view name);
-std::string StringAttribute(const model::SliceDevice& device, absl::string_view name);
-
 // Counters and capacities that count a GPU's MIG memory slices: the unit MIG placement is made
 // of (a GPU has 8, or 4 on an A30; every instance owns whole slices and no two share one).
 bool IsMemorySlice(absl::string_view name);
@@ -62,7 +58,6 @@ struct Analyzer::Device {
   uint32_t driver_id = 0, product_id = 0;  // LabelIds of driver and product
   CompactSpec spec;                        // what the analysis reads of the published device
   bool tainted = false;                    // a NoSchedule/NoExecute taint (fit::Blocking)
-  bool multi = false;                      // allowMultipleAllocations
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
   // else the device itself. Devices with the same key are one GPU.
   std::string gpu;
@@ -72,8 +67,7 @@ struct Analyzer::Device {
   bool counted = false;       // its part is in the leaves' counts
   bool counted_free = false;  // counted as free (not held, not blocked, node up)
   std::vector<fit::CounterConsumption> consumes;  // by set key
-  std::vector<std::string> classes;               // classes it surely matches
-  std::vector<uint32_t> class_ids;                // their LabelIds; {id of ""} when none
+  std::vector<uint32_t> class_ids;                // classes it surely matches (LabelIds)
   std::vector<std::string> unknown_classes;       // classes whose selectors it cannot judge
   // Cached selector verdicts by selector id, sorted: a handful per device, so a flat vector
   // (a hash map cost about 4 times the memory).

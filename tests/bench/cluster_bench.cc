@@ -18,12 +18,18 @@ constexpr int kGpusPerNode = 8;
 constexpr int kClaims = 10000;
 constexpr char kDriver[] = "gpu.dralens.dev";
 
-model::ResourceSlice NodeSlice(int node) {
+// The slice of node `node_name`, with no devices yet.
+model::ResourceSlice EmptySlice(const std::string& node_name) {
   model::ResourceSlice slice;
-  slice.metadata.name = absl::StrCat("node-", node, "-gpus");
+  slice.metadata.name = node_name + "-gpus";
   slice.spec.driver = kDriver;
-  slice.spec.node_name = absl::StrCat("node-", node);
-  slice.spec.pool = {absl::StrCat("node-", node), 1, 1};
+  slice.spec.node_name = node_name;
+  slice.spec.pool = {node_name, 1, 1};
+  return slice;
+}
+
+model::ResourceSlice NodeSlice(int node) {
+  model::ResourceSlice slice = EmptySlice(absl::StrCat("node-", node));
   for (int g = 0; g < kGpusPerNode; ++g) {
     model::SliceDevice d;
     d.name = absl::StrCat("gpu-", g);
@@ -160,11 +166,7 @@ BENCHMARK(BM_SliceTaint)->Unit(benchmark::kMicrosecond);
 // A node with one partitionable GPU (dynamic MIG): a counter set of 8 memory slices, the full
 // GPU and 7 one-slice placements consuming it.
 model::ResourceSlice PartitionableSlice(int node) {
-  model::ResourceSlice slice;
-  slice.metadata.name = absl::StrCat("mig-node-", node, "-gpus");
-  slice.spec.driver = kDriver;
-  slice.spec.node_name = absl::StrCat("mig-node-", node);
-  slice.spec.pool = {absl::StrCat("mig-node-", node), 1, 1};
+  model::ResourceSlice slice = EmptySlice(absl::StrCat("mig-node-", node));
   model::CounterSet set;
   set.name = "gpu-0-counter-set";
   for (int s = 0; s < 8; ++s) {
