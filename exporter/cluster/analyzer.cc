@@ -90,12 +90,14 @@ cel::Verdict Analyzer::MatchesAll(Device& device, const std::vector<int>& select
                     [&](size_t i) { return Evaluate(device, selectors[i], view); });
 }
 
+bool Analyzer::ByKey::operator()(const Device* a, const Device* b) const { return a->key < b->key; }
+
 void Analyzer::UnclassifyDevice(Device& device) {
   for (uint32_t c : device.class_ids) {
-    class_devices_[labels_.Value(c)].erase(device.key);
+    class_devices_[labels_.Value(c)].erase(&device);
   }
   for (const std::string& c : device.unknown_classes) {
-    class_unknown_[c].erase(device.key);
+    class_unknown_[c].erase(&device);
   }
   device.class_ids.clear();
   device.unknown_classes.clear();
@@ -115,10 +117,10 @@ void Analyzer::ClassifyDevice(Device& device, const cel::DeviceView* view) {
     cel::Verdict v = MatchesAll(device, selectors, view);
     if (v == cel::Verdict::kTrue) {
       device.class_ids.push_back(labels_.Id(name));
-      class_devices_[name].insert(device.key);
+      class_devices_[name].insert(&device);
     } else if (v == cel::Verdict::kUnknown) {
       device.unknown_classes.push_back(name);
-      class_unknown_[name].insert(device.key);
+      class_unknown_[name].insert(&device);
     }
   }
 }

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/compact_spec.h"
@@ -327,9 +328,14 @@ class Analyzer {
       ABSL_GUARDED_BY(mu_);
   // node -> its devices (owned by devices_), in no particular order.
   std::unordered_map<std::string, std::vector<Device*>> node_devices_ ABSL_GUARDED_BY(mu_);
-  // class -> devices that match it for sure / whose verdict is unknown
-  std::map<std::string, std::set<Key>> class_devices_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::set<Key>> class_unknown_ ABSL_GUARDED_BY(mu_);
+  // class -> devices that match it for sure / whose verdict is unknown, in key order; a device
+  // leaves them before it is destroyed (UnclassifyDevice).
+  struct ByKey {
+    bool operator()(const Device* a, const Device* b) const;
+  };
+  using DeviceSet = absl::btree_set<Device*, ByKey>;
+  std::map<std::string, DeviceSet> class_devices_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, DeviceSet> class_unknown_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
   bool nodes_synced_ ABSL_GUARDED_BY(mu_) = false;
   // False while derive_after_sync holds back derivation until SetSynced().

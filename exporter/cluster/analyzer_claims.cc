@@ -436,8 +436,8 @@ PendingReason Analyzer::ScanReason(const Request& request) {
   if (cls != classes_.end()) {
     bool unknown = !class_unknown_[request.device_class].empty();
     int64_t matching = 0, untainted = 0, free = 0;
-    for (const Key& key : class_devices_[request.device_class]) {
-      Device& d = *devices_.at(key);
+    for (Device* device : class_devices_[request.device_class]) {
+      Device& d = *device;
       // The class surely matches these devices: what is left is the request's selectors and
       // its tolerations.
       const fit::Match m = LeafMatch(request, d);

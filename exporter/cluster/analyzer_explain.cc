@@ -66,8 +66,8 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
       continue;
     }
     const bool sure = index == &class_devices_;
-    for (const Key& key : keys->second) {
-      Device& d = *devices_.at(key);
+    for (Device* device : keys->second) {
+      Device& d = *device;
       f.class_devices += sure;
       const fit::Match m = LeafMatch(*leaf, d);
       const bool allocated = DeviceAllocated(d);
@@ -241,8 +241,8 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
       p.product = dev.product;
       p.pcie_root = dev.spec.StringAttribute("pcieRoot");
       p.nvlink_domain = dev.spec.StringAttribute("nvlinkDomain");
-      if (const model::DeviceAttribute* numa = dev.spec.Attribute("numaNode");
-          numa != nullptr && numa->AsInt() != nullptr) {
+      if (const std::optional<model::DeviceAttribute> numa = dev.spec.Attribute("numaNode");
+          numa.has_value() && numa->AsInt() != nullptr) {
         p.numa_node = *numa->AsInt();
       }
     }

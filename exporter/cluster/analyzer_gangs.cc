@@ -39,8 +39,8 @@ int64_t Analyzer::ShortTogether(const std::string& ns, const std::vector<std::st
     int64_t matching = 0;
     std::set<Key> local;
     std::map<std::string, std::map<std::string, double>> local_consumed;
-    for (const Key& key : keys->second) {
-      Device& d = *devices_.at(key);
+    for (Device* device : keys->second) {
+      Device& d = *device;
       if (LeafMatch(leaf, d) != fit::Match::kMatch) {
         continue;
       }
@@ -48,7 +48,7 @@ int64_t Analyzer::ShortTogether(const std::string& ns, const std::vector<std::st
       if (!leaf.all && static_cast<int64_t>(picks.size()) >= leaf.count) {
         continue;
       }
-      if (taken.count(key) > 0 || DeviceAllocated(d) || DeviceBlocked(d) || NodeDown(d.node) ||
+      if (taken.count(d.key) > 0 || DeviceAllocated(d) || DeviceBlocked(d) || NodeDown(d.node) ||
           !fits_counters(d)) {
         continue;
       }

@@ -87,8 +87,8 @@ void Analyzer::RecountLeaf(LeafCounts& leaf) {
     if (keys == index->end()) {
       continue;
     }
-    for (const Key& key : keys->second) {
-      Device& d = *devices_.at(key);
+    for (Device* device : keys->second) {
+      Device& d = *device;
       if (!d.counted) {
         continue;
       }

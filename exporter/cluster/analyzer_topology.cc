@@ -28,8 +28,8 @@ void Analyzer::RefreshSpread(Claim& claim) {
       DevicePlace place;
       place.node = d->second->node;
       place.pcie_root = d->second->spec.StringAttribute("pcieRoot");
-      if (const model::DeviceAttribute* numa = d->second->spec.Attribute("numaNode");
-          numa != nullptr && std::holds_alternative<int64_t>(numa->value)) {
+      if (const std::optional<model::DeviceAttribute> numa = d->second->spec.Attribute("numaNode");
+          numa.has_value() && std::holds_alternative<int64_t>(numa->value)) {
         place.numa_node = std::get<int64_t>(numa->value);
       }
       place.nvlink_domain = d->second->spec.StringAttribute("nvlinkDomain");

@@ -1,5 +1,6 @@
 #include "exporter/cluster/compact_spec.h"
 
+#include <cstdint>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -27,10 +28,47 @@ TEST(CompactSpecTest, KeepsWhatSelectorsReadAndSharesNames) {
   const CompactSpec ca = CompactSpec::Of(a, names);
   const CompactSpec cb = CompactSpec::Of(b, names);
   EXPECT_EQ(names.size(), 7u);  // 5 attribute and 2 capacity names, once for both devices
-  EXPECT_EQ(ca.attributes[0].first, cb.attributes[0].first);
   const SelectorMaps maps = SelectorMaps::Of(ca);
   EXPECT_EQ(maps.attributes, a.attributes);
   EXPECT_EQ(maps.capacity, a.capacity);
+  EXPECT_EQ(SelectorMaps::Of(cb).attributes, b.attributes);
+  // Far less than the maps: the names are indexes, the values bytes.
+  EXPECT_LT(ca.EncodedSize(), 80u);
+}
+
+TEST(CompactSpecTest, EveryValueKindRoundTrips) {
+  NamePool names;
+  model::SliceDevice d;
+  d.attributes["negative"] = model::DeviceAttribute::Int(-7);
+  d.attributes["min"] = model::DeviceAttribute::Int(INT64_MIN);
+  d.attributes["max"] = model::DeviceAttribute::Int(INT64_MAX);
+  d.attributes["zero"] = model::DeviceAttribute::Int(0);
+  d.attributes["yes"] = model::DeviceAttribute::Bool(true);
+  d.attributes["no"] = model::DeviceAttribute::Bool(false);
+  d.attributes["empty"] = model::DeviceAttribute::String("");
+  d.attributes["long"] = model::DeviceAttribute::String(std::string(300, 'x'));
+  d.attributes["version"] = model::DeviceAttribute::SemVer("1.2.3-rc.1");
+  d.capacity["milli"].value = *common::Quantity::Parse("1500m");
+  d.capacity["binary"].value = *common::Quantity::Parse("80Gi");
+  d.capacity["exponent"].value = *common::Quantity::Parse("12e6");
+  model::CapacityRequestPolicy policy;
+  policy.default_value = *common::Quantity::Parse("1Gi");
+  d.capacity["shared"] = {*common::Quantity::Parse("80Gi"), policy};
+  const CompactSpec spec = CompactSpec::Of(d, names);
+  const SelectorMaps maps = SelectorMaps::Of(spec);
+  EXPECT_EQ(maps.attributes, d.attributes);
+  EXPECT_EQ(maps.capacity, d.capacity);
+  EXPECT_TRUE(spec.Same(d));
+  EXPECT_EQ(*spec.Attribute("min")->AsInt(), INT64_MIN);
+
+  model::SliceDevice other_policy = d;
+  other_policy.capacity["shared"].request_policy->default_value = *common::Quantity::Parse("2Gi");
+  EXPECT_FALSE(spec.SameSelectorInput(other_policy));
+  model::SliceDevice unknown_name = d;
+  unknown_name.attributes["never-seen"] = model::DeviceAttribute::Bool(true);
+  EXPECT_FALSE(spec.SameSelectorInput(unknown_name));
+  EXPECT_EQ(names.Find("never-seen"), std::nullopt);  // a comparison interns nothing
+  EXPECT_TRUE(CompactSpec().SameSelectorInput(model::SliceDevice{}));
 }
 
 TEST(CompactSpecTest, SameComparesEveryKeptField) {
@@ -68,11 +106,11 @@ TEST(CompactSpecTest, AttributesByUnqualifiedName) {
   const CompactSpec spec = CompactSpec::Of(Gpu("GPU-a"), names);
   EXPECT_EQ(spec.StringAttribute("pcieRoot"), "pci0000:00");  // published in a domain
   EXPECT_EQ(spec.StringAttribute("productName"), "NVIDIA H200");
-  ASSERT_NE(spec.Attribute("numaNode"), nullptr);
+  ASSERT_TRUE(spec.Attribute("numaNode").has_value());
   EXPECT_EQ(*spec.Attribute("numaNode")->AsInt(), 1);
   EXPECT_EQ(spec.StringAttribute("numaNode"), "");  // not a string
-  EXPECT_EQ(spec.Attribute("Root"), nullptr);       // a suffix is not a name
-  EXPECT_EQ(spec.Attribute("nvlinkDomain"), nullptr);
+  EXPECT_EQ(spec.Attribute("Root"), std::nullopt);  // a suffix is not a name
+  EXPECT_EQ(spec.Attribute("nvlinkDomain"), std::nullopt);
 }
 
 }  // namespace
