@@ -78,7 +78,7 @@ cel::Verdict Analyzer::Evaluate(Device& device, int selector, const cel::DeviceV
     verdict = program->Evaluate(*view).verdict;
   } else if (program.ok()) {
     const SelectorMaps maps = SelectorMaps::Of(device.spec);
-    verdict = program->Evaluate({device.driver, &maps.attributes, &maps.capacity}).verdict;
+    verdict = program->Evaluate({device.driver(), &maps.attributes, &maps.capacity}).verdict;
   }
   device.verdicts.insert(it, {selector, verdict});
   return verdict;
@@ -110,7 +110,7 @@ void Analyzer::ClassifyDevice(Device& device, const cel::DeviceView* view) {
   cel::DeviceView rebuilt;
   if (view == nullptr && !classes_.empty()) {
     maps = SelectorMaps::Of(device.spec);
-    rebuilt = {device.driver, &maps->attributes, &maps->capacity};
+    rebuilt = {device.driver(), &maps->attributes, &maps->capacity};
     view = &rebuilt;
   }
   for (const auto& [name, selectors] : classes_) {

@@ -43,6 +43,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/compact_spec.h"
@@ -178,8 +180,9 @@ class Analyzer {
   void RemoveSliceLocked(const std::string& name, std::set<std::string>& touched,
                          const std::set<std::string>& keep = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a device out of every index (counts, classes, node, counter sets) and the cache.
-  void RemoveDevice(std::unordered_map<std::string, std::unique_ptr<Device>>::iterator it,
-                    std::set<std::string>& touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  using DeviceMap = absl::flat_hash_map<absl::string_view, std::unique_ptr<Device>>;
+  void RemoveDevice(DeviceMap::iterator it, std::set<std::string>& touched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnterPending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeavePending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
@@ -318,7 +321,8 @@ class Analyzer {
   std::vector<std::string> expressions_ ABSL_GUARDED_BY(mu_);  // by selector id
 
   std::map<std::string, std::vector<int>> classes_ ABSL_GUARDED_BY(mu_);  // name -> selectors
-  std::unordered_map<Key, std::unique_ptr<Device>> devices_ ABSL_GUARDED_BY(mu_);
+  // By key: a view of the device's own `key`, so the key is kept once.
+  DeviceMap devices_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::unique_ptr<CounterSet>> counter_sets_ ABSL_GUARDED_BY(mu_);
   // counter set key -> the devices that consume it, whether or not the set is published (yet):
   // a set that comes later finds its consumers here instead of scanning every device.
@@ -334,6 +338,9 @@ class Analyzer {
     bool operator()(const Device* a, const Device* b) const;
   };
   using DeviceSet = absl::btree_set<Device*, ByKey>;
+  struct ByClaimKey {
+    bool operator()(const Claim* a, const Claim* b) const;
+  };
   std::map<std::string, DeviceSet> class_devices_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, DeviceSet> class_unknown_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
@@ -345,11 +352,21 @@ class Analyzer {
   // The requests claims hold, by signature and names: equal requests are shared.
   std::unordered_map<std::string, std::weak_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
   size_t live_request_keys_ ABSL_GUARDED_BY(mu_) = 0;
-  // device key -> claim key -> consumed capacity (name -> value)
-  std::unordered_map<Key, std::map<Key, std::map<std::string, double>>> allocations_
-      ABSL_GUARDED_BY(mu_);
-  std::unordered_map<Key, bool> pods_running_ ABSL_GUARDED_BY(mu_);         // "ns/name" -> Running
-  std::unordered_map<Key, std::set<Key>> pod_claims_ ABSL_GUARDED_BY(mu_);  // pod -> reserving
+  // device key -> the claims that hold it, in claim key order, with the capacity each consumes
+  // (name -> value). A claim leaves before it is destroyed (DeleteClaimLocked).
+  using Holders = std::vector<std::pair<Claim*, std::map<std::string, double>>>;
+  absl::flat_hash_map<Key, Holders> allocations_ ABSL_GUARDED_BY(mu_);
+  // "ns/name" -> the pod, for pods in the cache or reserved by a claim (one record for both:
+  // a claim may name a pod before its informer delivers it).
+  struct Pod {
+    bool exists = false;         // in the Pod cache
+    bool running = false;        // phase Running
+    std::vector<Claim*> claims;  // the claims that reserve it (they leave before they go)
+  };
+  absl::flat_hash_map<Key, Pod> pods_ ABSL_GUARDED_BY(mu_);
+  bool PodRunning(const Key& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pod's claims' states may have moved: refreshes them; drops a record left empty.
+  void PodChanged(absl::flat_hash_map<Key, Pod>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::set<Key> pending_ ABSL_GUARDED_BY(mu_);
   // Request shapes of the pending claims, with the pending claims that hold each, oldest first.
   std::map<std::string, std::unique_ptr<PendingShape>> pending_requests_ ABSL_GUARDED_BY(mu_);

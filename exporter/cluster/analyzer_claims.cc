@@ -172,8 +172,13 @@ void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std:
     bool same = true;
     for (const auto& [device, capacity] : consumed) {
       auto a = allocations_.find(device);
-      same = same && a != allocations_.end() && a->second.count(claim.key) > 0 &&
-             a->second[claim.key] == capacity;
+      if (a == allocations_.end()) {
+        same = false;
+        break;
+      }
+      auto held = std::find_if(a->second.begin(), a->second.end(),
+                               [&](const auto& holder) { return holder.first == &claim; });
+      same = same && held != a->second.end() && held->second == capacity;
     }
     if (same) {
       return;
@@ -183,7 +188,7 @@ void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std:
   for (const auto& [device, cls] : claim.devices) {
     auto a = allocations_.find(device);
     if (a != allocations_.end()) {
-      a->second.erase(claim.key);
+      std::erase_if(a->second, [&](const auto& holder) { return holder.first == &claim; });
       if (a->second.empty()) {
         allocations_.erase(a);
       }
@@ -191,7 +196,15 @@ void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std:
     touched.insert(device);
   }
   for (const auto& [device, capacity] : consumed) {
-    allocations_[device][claim.key] = capacity;
+    Holders& holders = allocations_[device];
+    auto at = std::lower_bound(
+        holders.begin(), holders.end(), claim.key,
+        [](const auto& holder, const Key& key) { return holder.first->key < key; });
+    if (at != holders.end() && at->first == &claim) {
+      at->second = capacity;
+    } else {
+      holders.insert(at, {&claim, capacity});
+    }
     touched.insert(device);
   }
   claim.devices = std::move(devices);
@@ -201,21 +214,28 @@ void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std:
   RefreshSpread(claim);
 }
 
+bool Analyzer::ByClaimKey::operator()(const Claim* a, const Claim* b) const {
+  return a->key < b->key;
+}
+
 void Analyzer::SetReservations(Claim& claim, std::vector<Key> pods) {
   if (pods == claim.reserved_pods) {
     return;
   }
   for (const Key& pod : claim.reserved_pods) {
-    auto it = pod_claims_.find(pod);
-    if (it != pod_claims_.end()) {
-      it->second.erase(claim.key);
-      if (it->second.empty()) {
-        pod_claims_.erase(it);
+    auto it = pods_.find(pod);
+    if (it != pods_.end()) {
+      std::erase(it->second.claims, &claim);
+      if (it->second.claims.empty() && !it->second.exists) {
+        pods_.erase(it);
       }
     }
   }
   for (const Key& pod : pods) {
-    pod_claims_[pod].insert(claim.key);
+    std::vector<Claim*>& claims = pods_[pod].claims;
+    if (std::find(claims.begin(), claims.end(), &claim) == claims.end()) {
+      claims.push_back(&claim);
+    }
   }
   claim.reserved_pods = std::move(pods);
 }
@@ -228,8 +248,7 @@ ClaimState Analyzer::StateOfClaim(const Claim& claim) const {
     return ClaimState::kAllocated;
   }
   for (const Key& pod : claim.reserved_pods) {
-    auto it = pods_running_.find(pod);
-    if (it != pods_running_.end() && it->second) {
+    if (PodRunning(pod)) {
       return ClaimState::kInUse;
     }
   }

@@ -84,9 +84,7 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
           ++f.allocated;
           if (auto a = allocations_.find(d.key); a != allocations_.end()) {
             for (const auto& [claim, consumed] : a->second) {
-              if (auto c = claims_by_key_.find(claim); c != claims_by_key_.end()) {
-                holders.insert(c->second.get());
-              }
+              holders.insert(claim);
             }
           }
         } else if (blocked) {
@@ -118,15 +116,15 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
           }
         }
         if (failing.size() == 1 && others_true) {
-          NearGroup& g = near_selector[{d.product, expressions_[failing.front()]}];
+          NearGroup& g = near_selector[{d.product(), expressions_[failing.front()]}];
           ++g.devices;
           g.nodes.insert(d.node);
         }
       } else if (m == fit::Match::kTainted && untolerated != nullptr) {
         const model::DeviceTaint& taint = *untolerated;
         NearGroup& g =
-            near_taint[{d.product, absl::StrCat(taint.key, taint.value.empty() ? "" : "=",
-                                                taint.value, ":", taint.effect)}];
+            near_taint[{d.product(), absl::StrCat(taint.key, taint.value.empty() ? "" : "=",
+                                                  taint.value, ":", taint.effect)}];
         ++g.devices;
         g.nodes.insert(d.node);
       }
@@ -238,7 +236,7 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
     if (auto d = devices_.find(key); d != devices_.end()) {
       const Device& dev = *d->second;
       p.node = dev.node;
-      p.product = dev.product;
+      p.product = dev.product();
       p.pcie_root = dev.spec.StringAttribute("pcieRoot");
       p.nvlink_domain = dev.spec.StringAttribute("nvlinkDomain");
       if (const std::optional<model::DeviceAttribute> numa = dev.spec.Attribute("numaNode");
@@ -252,7 +250,7 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
   e.topology_sensitive = topology_sensitive_.count(c.device_class) > 0;
   e.reserved_for = c.reserved_pods;
   for (const Key& pod : c.reserved_pods) {
-    if (auto p = pods_running_.find(pod); p != pods_running_.end() && p->second) {
+    if (PodRunning(pod)) {
       e.running_pods.push_back(pod);
     }
   }

@@ -90,10 +90,8 @@ std::vector<std::pair<const Analyzer::Claim*, double>> Analyzer::HolderShares(
   }
   if (!device.spec.allow_multiple_allocations) {
     // Whole-device allocations: several holders (admin access) split it evenly.
-    for (const auto& [claim_key, consumed] : a->second) {
-      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
-        shares.emplace_back(c->second.get(), 0);
-      }
+    for (const auto& [claim, consumed] : a->second) {
+      shares.emplace_back(claim, 0);
     }
     for (auto& [claim, share] : shares) {
       share = 1.0 / static_cast<double>(shares.size());
@@ -103,7 +101,7 @@ std::vector<std::pair<const Analyzer::Claim*, double>> Analyzer::HolderShares(
   // Shares of a device with allowMultipleAllocations: each holder's part of the capacity that
   // is most consumed (the one that fills the device first).
   std::map<std::string, double> total;
-  for (const auto& [claim_key, consumed] : a->second) {
+  for (const auto& [claim, consumed] : a->second) {
     for (const auto& [name, value] : consumed) {
       total[name] += value;
     }
@@ -122,11 +120,10 @@ std::vector<std::pair<const Analyzer::Claim*, double>> Analyzer::HolderShares(
   }
   const double capacity = device.capacity.at(binding);
   const double scale = most > 1 ? 1 / most : 1;  // over-committed: the device is full
-  for (const auto& [claim_key, consumed] : a->second) {
-    auto c = claims_by_key_.find(claim_key);
+  for (const auto& [claim, consumed] : a->second) {
     auto v = consumed.find(binding);
-    if (c != claims_by_key_.end() && v != consumed.end() && v->second > 0) {
-      shares.emplace_back(c->second.get(), v->second / capacity * scale);
+    if (v != consumed.end() && v->second > 0) {
+      shares.emplace_back(claim, v->second / capacity * scale);
     }
   }
   return shares;
@@ -263,7 +260,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     double allocated = 0;
     for (const Held& h : held) {
       if (parts != nullptr && h.claim == of_claim) {
-        (*parts)[{*h.device_class, first.product}] += h.gpus;
+        (*parts)[{*h.device_class, first.product()}] += h.gpus;
       }
       const uint32_t cls = labels_.Id(*h.device_class);
       if (h.gpus > 0) {
@@ -293,7 +290,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     std::vector<Device*> free;
     bool mig = false;
     for (Device* d : devices) {
-      mig = mig || d->type == "mig";
+      mig = mig || d->type() == "mig";
       if (!d->tainted && DeviceFree(*d)) {
         free.push_back(d);
       }
@@ -521,7 +518,8 @@ void Analyzer::RecomputePlaceable(const std::string& node) {
     std::map<std::string, std::vector<Device*>> by_profile;
     for (const Key& key : set->devices) {
       Device& d = *devices_.at(key);
-      std::string profile = !d.profile.empty() ? d.profile : (!d.type.empty() ? d.type : "device");
+      std::string profile =
+          !d.profile().empty() ? d.profile() : (!d.type().empty() ? d.type() : "device");
       auto& list = by_profile[profile];
       auto a = allocations_.find(key);
       if (!d.tainted && (a == allocations_.end() || a->second.empty())) {

@@ -41,8 +41,7 @@ void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>&
   slices_.erase(it);
 }
 
-void Analyzer::RemoveDevice(std::unordered_map<Key, std::unique_ptr<Device>>::iterator it,
-                            std::set<std::string>& touched) {
+void Analyzer::RemoveDevice(DeviceMap::iterator it, std::set<std::string>& touched) {
   Device& d = *it->second;
   CountDevice(d, -1);
   UnclassifyDevice(d);
@@ -125,15 +124,15 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     auto d = std::make_unique<Device>();
     d->key = std::move(key);
     d->slice = name;
-    d->driver = spec.driver;
     d->pool = spec.pool.name;
     d->node = sd.node_name.value_or(slice_node);
     d->spec = CompactSpec::Of(sd, names_);
-    d->product = d->spec.StringAttribute("productName");
-    d->driver_id = labels_.Id(d->driver);
-    d->product_id = labels_.Id(d->product);
-    d->type = d->spec.StringAttribute("type");
-    d->profile = d->spec.StringAttribute("profile");
+    d->driver_id = labels_.Id(spec.driver);
+    d->product_id = labels_.Id(d->spec.StringAttribute("productName"));
+    d->driver_name = &labels_.Value(d->driver_id);
+    d->product_name = &labels_.Value(d->product_id);
+    d->type_name = &labels_.Value(labels_.Id(d->spec.StringAttribute("type")));
+    d->profile_name = &labels_.Value(labels_.Id(d->spec.StringAttribute("profile")));
     d->tainted = std::any_of(sd.taints.begin(), sd.taints.end(), fit::Blocking);
     // Counter sets by their key across pools.
     d->consumes = fit::ConsumptionOf(sd);
@@ -169,7 +168,7 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       // name): the old one leaves every index it was in, as RemoveSliceLocked would take it out.
       RemoveDevice(existing, touched);
     }
-    const cel::DeviceView published{d->driver, &sd.attributes, &sd.capacity};
+    const cel::DeviceView published{d->driver(), &sd.attributes, &sd.capacity};
     ClassifyDevice(*d, &published);
     node_devices_[d->node].push_back(d.get());
     dirty_nodes_.insert(d->node);
@@ -182,7 +181,8 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     }
     keys.push_back(d->key);
     changed.push_back(d->key);
-    devices_[d->key] = std::move(d);
+    const absl::string_view view = d->key;  // the map's key lives in the device it holds
+    devices_.emplace(view, std::move(d));
   }
   for (const std::string& set_key : set_keys) {
     // Its consumers, whichever slice of the pool published them.
@@ -197,18 +197,16 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     }
   }
   // Claims holding a device published now may learn where it is.
-  std::set<Key> holders;
+  std::set<Claim*, ByClaimKey> holders;
   for (const Key& key : changed) {
     if (auto a = allocations_.find(key); a != allocations_.end()) {
-      for (const auto& [claim_key, consumed] : a->second) {
-        holders.insert(claim_key);
+      for (const auto& [claim, consumed] : a->second) {
+        holders.insert(claim);
       }
     }
   }
-  for (const Key& claim_key : holders) {
-    if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
-      RefreshSpread(*c->second);
-    }
+  for (Claim* claim : holders) {
+    RefreshSpread(*claim);
   }
   touched.insert(slice_node);
   for (const Key& key : changed) {
@@ -323,17 +321,29 @@ void Analyzer::UpsertPod(const model::Pod& pod) {
   absl::MutexLock lock(&mu_);
   const Key key = absl::StrCat(pod.metadata.namespace_name, "/", pod.metadata.name);
   const bool running = pod.status.phase == "Running";
-  auto [it, inserted] = pods_running_.emplace(key, running);
-  if (!inserted && it->second == running) {
+  auto it = pods_.find(key);
+  if (it == pods_.end()) {
+    it = pods_.try_emplace(key).first;
+  } else if (it->second.exists && it->second.running == running) {
     return;
   }
-  it->second = running;
-  if (auto claims = pod_claims_.find(key); claims != pod_claims_.end()) {
-    for (const Key& claim_key : claims->second) {
-      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
-        RefreshClaimState(*c->second);
-      }
-    }
+  it->second.exists = true;
+  it->second.running = running;
+  PodChanged(it);
+}
+
+bool Analyzer::PodRunning(const Key& pod) const {
+  auto it = pods_.find(pod);
+  return it != pods_.end() && it->second.running;
+}
+
+void Analyzer::PodChanged(absl::flat_hash_map<Key, Pod>::iterator it) {
+  // RefreshClaimState does not touch reservations, so the list stands while it runs.
+  for (Claim* claim : it->second.claims) {
+    RefreshClaimState(*claim);
+  }
+  if (!it->second.exists && it->second.claims.empty()) {
+    pods_.erase(it);
   }
   Flush();
 }
@@ -341,17 +351,13 @@ void Analyzer::UpsertPod(const model::Pod& pod) {
 void Analyzer::DeletePod(const std::string& ns, const std::string& name) {
   absl::MutexLock lock(&mu_);
   const Key key = absl::StrCat(ns, "/", name);
-  if (pods_running_.erase(key) == 0) {
+  auto it = pods_.find(key);
+  if (it == pods_.end() || !it->second.exists) {
     return;
   }
-  if (auto claims = pod_claims_.find(key); claims != pod_claims_.end()) {
-    for (const Key& claim_key : claims->second) {
-      if (auto c = claims_by_key_.find(claim_key); c != claims_by_key_.end()) {
-        RefreshClaimState(*c->second);
-      }
-    }
-  }
-  Flush();
+  it->second.exists = false;
+  it->second.running = false;
+  PodChanged(it);
 }
 
 }  // namespace dralens::exporter::cluster

@@ -54,10 +54,21 @@ double ShareOf(const std::map<std::string, double>& capacity,
 struct Analyzer::Device {
   Key key;
   std::string slice;
-  std::string driver, pool, node, product, type, profile;
+  std::string pool, node;
   uint32_t driver_id = 0, product_id = 0;  // LabelIds of driver and product
-  CompactSpec spec;                        // what the analysis reads of the published device
-  bool tainted = false;                    // a NoSchedule/NoExecute taint (fit::Blocking)
+  // Driver, product ("productName"), type and profile: a fleet's vocabulary, kept once in the
+  // analyzer's LabelIds (which never forgets a value).
+  const std::string* driver_name = &kNoName;
+  const std::string* product_name = &kNoName;
+  const std::string* type_name = &kNoName;
+  const std::string* profile_name = &kNoName;
+  const std::string& driver() const { return *driver_name; }
+  const std::string& product() const { return *product_name; }
+  const std::string& type() const { return *type_name; }
+  const std::string& profile() const { return *profile_name; }
+  static const std::string kNoName;
+  CompactSpec spec;      // what the analysis reads of the published device
+  bool tainted = false;  // a NoSchedule/NoExecute taint (fit::Blocking)
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
   // else the device itself. Devices with the same key are one GPU.
   std::string gpu;
