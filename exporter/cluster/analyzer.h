@@ -348,7 +348,9 @@ class Analyzer {
   // False while derive_after_sync holds back derivation until SetSynced().
   bool deriving_ ABSL_GUARDED_BY(mu_) = true;
 
-  std::unordered_map<Key, std::unique_ptr<Claim>> claims_by_key_ ABSL_GUARDED_BY(mu_);
+  // By key: a view of the claim's own `key`, so the key is kept once.
+  absl::flat_hash_map<absl::string_view, std::unique_ptr<Claim>> claims_by_key_
+      ABSL_GUARDED_BY(mu_);
   // The requests claims hold, by signature and names: equal requests are shared.
   std::unordered_map<std::string, std::weak_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
   size_t live_request_keys_ ABSL_GUARDED_BY(mu_) = 0;

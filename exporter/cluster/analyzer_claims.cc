@@ -66,7 +66,7 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
     c->key = key;
     c->ns = obj.metadata.namespace_name;
     c->ns_id = labels_.Id(c->ns);
-    c->name = obj.metadata.name;
+    c->name = absl::string_view(c->key).substr(c->ns.size() + 1);
     c->uid = obj.metadata.uid;
     c->created = obj.metadata.creation_timestamp.value_or(clock_.Now());
     auto build = [&](const std::string& name, const std::string& cls,
@@ -108,8 +108,9 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
     }
     c->device_class = c->requests.empty() ? std::string() : c->requests.front()->device_class;
     c->class_id = labels_.Id(c->device_class);
-    c->span = lifecycle_.Begin(c->ns, c->name, c->uid, c->device_class, c->created);
-    it = claims_by_key_.emplace(key, std::move(c)).first;
+    c->span = lifecycle_.Begin(c->ns, std::string(c->name), c->uid, c->device_class, c->created);
+    const absl::string_view view = c->key;  // the map's key lives in the claim it holds
+    it = claims_by_key_.emplace(view, std::move(c)).first;
     RecordTransition(*it->second, Transition::kCreated);
   }
   Claim& claim = *it->second;
@@ -405,7 +406,7 @@ void Analyzer::UpdatePendingSeries(Claim& claim) {
       count(*reason, +1);
       // Labels in name order, as a registry family would give them.
       pending_ages_->Set(claim.key,
-                         {{"claim", claim.name},
+                         {{"claim", std::string(claim.name)},
                           {"device_class", claim.device_class},
                           {"namespace", claim.ns},
                           {"reason", std::string(ToString(*reason))}},

@@ -198,7 +198,7 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
   const Claim& c = *it->second;
   ClaimExplanation e;
   e.ns = c.ns;
-  e.name = c.name;
+  e.name = std::string(c.name);
   e.uid = c.uid;
   e.state = c.has_state ? c.state : StateOfClaim(c);
   e.created = c.created;
@@ -295,7 +295,7 @@ std::vector<Analyzer::PendingClaim> Analyzer::PendingClaims() {
       continue;
     }
     const Claim& c = *it->second;
-    out.push_back({c.ns, c.name, c.uid, *c.reason, c.created});
+    out.push_back({c.ns, std::string(c.name), c.uid, *c.reason, c.created});
   }
   return out;
 }

@@ -104,8 +104,9 @@ struct Analyzer::Request {
 };
 
 struct Analyzer::Claim {
-  Key key;
-  std::string ns, name, uid, device_class;
+  Key key;  // "ns/name"
+  std::string ns, uid, device_class;
+  absl::string_view name;            // in `key`
   uint32_t ns_id = 0, class_id = 0;  // LabelIds of ns and device_class
   absl::Time created = absl::InfinitePast();
   std::vector<std::shared_ptr<Request>> requests;

@@ -78,7 +78,7 @@ void Analyzer::RefreshSpread(Claim& claim) {
   it->second.first->Set(++it->second.second);
   claim.spread_series =
       &claim_spread_.Add({{"namespace", claim.ns},
-                          {"claim", claim.name},
+                          {"claim", std::string(claim.name)},
                           {"device_class", claim.device_class},
                           {"spread", spread},
                           {"nvlink", nvlink},
