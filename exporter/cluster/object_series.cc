@@ -14,8 +14,7 @@ void ObjectSeries::Set(const std::string& key, std::vector<prometheus::ClientMet
                        double value) {
   Series series;
   series.text = telemetry::LabelText(labels);
-  series.metric.label = std::move(labels);
-  series.metric.gauge.value = value;
+  series.value = value;
   absl::MutexLock lock(&mu_);
   series_[key] = std::move(series);
 }
@@ -23,7 +22,7 @@ void ObjectSeries::Set(const std::string& key, std::vector<prometheus::ClientMet
 void ObjectSeries::SetValue(const std::string& key, double value) {
   absl::MutexLock lock(&mu_);
   if (auto it = series_.find(key); it != series_.end()) {
-    it->second.metric.gauge.value = value;
+    it->second.value = value;
   }
 }
 
@@ -49,7 +48,10 @@ std::vector<prometheus::MetricFamily> ObjectSeries::Collect() const {
     }
     family.metric.reserve(series_.size());
     for (const auto& [key, series] : series_) {
-      family.metric.push_back(series.metric);
+      prometheus::ClientMetric metric;
+      metric.label = telemetry::LabelsOfText(series.text);
+      metric.gauge.value = series.value;
+      family.metric.push_back(std::move(metric));
     }
   }
   return {std::move(family)};
@@ -62,8 +64,7 @@ void ObjectSeries::AppendText(std::string* out, telemetry::ExpositionFormat form
   }
   telemetry::AppendHeader(out, name_, help_, prometheus::MetricType::Gauge, format);
   for (const auto& [key, series] : series_) {
-    absl::StrAppend(out, name_, series.text, " ", telemetry::FormatValue(series.metric.gauge.value),
-                    "\n");
+    absl::StrAppend(out, name_, series.text, " ", telemetry::FormatValue(series.value), "\n");
   }
 }
 

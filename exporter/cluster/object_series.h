@@ -43,8 +43,8 @@ class ObjectSeries : public prometheus::Collectable, public telemetry::TextSourc
   const std::string name_;
   const std::string help_;
   mutable absl::Mutex mu_;
-  struct Series {
-    prometheus::ClientMetric metric;
+  struct Series {  // the labels only as text: Collect parses them back
+    double value = 0;
     std::string text;  // the rendered labels
   };
   std::map<std::string, Series> series_ ABSL_GUARDED_BY(mu_);

@@ -330,6 +330,33 @@ std::string LabelText(const std::vector<ClientMetric::Label>& labels) {
   return out;
 }
 
+std::vector<ClientMetric::Label> LabelsOfText(absl::string_view text) {
+  std::vector<prometheus::ClientMetric::Label> out;
+  size_t i = text.empty() ? 0 : 1;  // past '{'
+  while (i < text.size() && text[i] != '}') {
+    const size_t eq = text.find('=', i);
+    if (eq == absl::string_view::npos) {
+      break;
+    }
+    ClientMetric::Label label;
+    label.name = std::string(text.substr(i, eq - i));
+    for (i = eq + 2; i < text.size() && text[i] != '"'; ++i) {  // past '="'
+      if (text[i] == '\\' && i + 1 < text.size()) {
+        ++i;
+        label.value.push_back(text[i] == 'n' ? '\n' : text[i]);
+      } else {
+        label.value.push_back(text[i]);
+      }
+    }
+    out.push_back(std::move(label));
+    i += 1;  // past the closing quote
+    if (i < text.size() && text[i] == ',') {
+      ++i;
+    }
+  }
+  return out;
+}
+
 std::string Render(const std::vector<MetricFamily>& families, const ExemplarStore* exemplars,
                    ExpositionFormat format, const std::vector<const TextSource*>& sources) {
   const bool om = format == ExpositionFormat::kOpenMetrics;

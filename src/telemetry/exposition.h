@@ -60,6 +60,9 @@ void AppendHeader(std::string* out, const std::string& name, const std::string& 
                   prometheus::MetricType type, ExpositionFormat format);
 // `{a="x",b="y"}` as Render writes a series' labels (values escaped); "" for none.
 std::string LabelText(const std::vector<prometheus::ClientMetric::Label>& labels);
+// The labels back from such a text (`{a="x",b="y\"z"}`, or "" for none): names end at '=',
+// values are quoted, with \\, \" and \n unescaped.
+std::vector<prometheus::ClientMetric::Label> LabelsOfText(absl::string_view text);
 
 // A sample value as both formats write it: integers without a fraction, `+Inf`, `-Inf`, `NaN`,
 // otherwise the shortest text that reads back as the same double.

@@ -45,11 +45,10 @@ T& TextFamily<T>::Add(const prometheus::Labels& labels) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = series_.try_emplace(std::move(text));
   if (inserted) {
-    it->second.labels = labels;
-    it->second.metric = std::make_unique<T>();
-    text_of_[it->second.metric.get()] = &it->first;
+    it->second = std::make_unique<T>();
+    text_of_[it->second.get()] = &it->first;
   }
-  return *it->second.metric;
+  return *it->second;
 }
 
 template <typename T>
@@ -77,8 +76,8 @@ void TextFamily<T>::AppendText(std::string* out, ExpositionFormat format) const 
     return;
   }
   AppendHeader(out, name_, help_, TypeOf<T>(), format);
-  for (const auto& [text, series] : series_) {
-    absl::StrAppend(out, name_, text, " ", FormatValue(series.metric->Value()), "\n");
+  for (const auto& [text, metric] : series_) {
+    absl::StrAppend(out, name_, text, " ", FormatValue(metric->Value()), "\n");
   }
 }
 
@@ -90,13 +89,13 @@ prometheus::MetricFamily TextFamily<T>::CollectFamily() const {
   family.type = TypeOf<T>();
   absl::MutexLock lock(&mu_);
   family.metric.reserve(series_.size());
-  for (const auto& [text, series] : series_) {
+  for (const auto& [text, metric] : series_) {
     prometheus::ClientMetric m;
-    m.label = ToVector(series.labels);
+    m.label = LabelsOfText(text);
     if constexpr (std::is_same_v<T, prometheus::Counter>) {
-      m.counter.value = series.metric->Value();
+      m.counter.value = metric->Value();
     } else {
-      m.gauge.value = series.metric->Value();
+      m.gauge.value = metric->Value();
     }
     family.metric.push_back(std::move(m));
   }

@@ -121,6 +121,29 @@ TEST(TextFamilyTest, AddReturnsTheSameSeriesAndRemoveDropsIt) {
   EXPECT_TRUE(text.Collect().empty());
 }
 
+TEST(TextFamilyTest, CollectGivesBackTheLabelsFromTheirText) {
+  TextFamilies text;
+  TextFamily<prometheus::Gauge>& g = text.AddGauge(kGauge);
+  const prometheus::Labels odd = {{"a", ""},
+                                  {"b", "quote \" back\\slash new\nline = , } {"},
+                                  {"c", "\\"},
+                                  {"node", "gpu-node-1"}};
+  g.Add(odd).Set(3);
+  g.Add({}).Set(4);
+  std::vector<prometheus::MetricFamily> families = text.Collect();
+  ASSERT_EQ(families.size(), 1u);
+  ASSERT_EQ(families[0].metric.size(), 2u);
+  // Label text order: "" (no labels) first.
+  EXPECT_TRUE(families[0].metric[0].label.empty());
+  EXPECT_EQ(families[0].metric[0].gauge.value, 4);
+  prometheus::Labels back;
+  for (const auto& l : families[0].metric[1].label) {
+    back[l.name] = l.value;
+  }
+  EXPECT_EQ(back, odd);
+  EXPECT_EQ(families[0].metric[1].gauge.value, 3);
+}
+
 TEST(TextFamilyTest, RefusesANameOfAnotherKind) {
   EXPECT_THROW(TextFamily<prometheus::Counter>{kGauge}, std::logic_error);
   EXPECT_THROW(TextFamily<prometheus::Gauge>{kCounter}, std::logic_error);
