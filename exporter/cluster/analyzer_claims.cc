@@ -64,9 +64,9 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
   if (it == claims_by_key_.end()) {
     auto c = std::make_unique<Claim>();
     c->key = key;
-    c->ns = obj.metadata.namespace_name;
-    c->ns_id = labels_.Id(c->ns);
-    c->name = absl::string_view(c->key).substr(c->ns.size() + 1);
+    c->ns_id = labels_.Id(obj.metadata.namespace_name);
+    c->ns_name = &labels_.Value(c->ns_id);
+    c->name = absl::string_view(c->key).substr(c->ns().size() + 1);
     c->uid = obj.metadata.uid;
     c->created = obj.metadata.creation_timestamp.value_or(clock_.Now());
     auto build = [&](const std::string& name, const std::string& cls,
@@ -106,9 +106,11 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
         c->requests.push_back(SharedRequest(std::move(r)));
       }
     }
-    c->device_class = c->requests.empty() ? std::string() : c->requests.front()->device_class;
-    c->class_id = labels_.Id(c->device_class);
-    c->span = lifecycle_.Begin(c->ns, std::string(c->name), c->uid, c->device_class, c->created);
+    c->class_id =
+        labels_.Id(c->requests.empty() ? std::string() : c->requests.front()->device_class);
+    c->class_name = &labels_.Value(c->class_id);
+    c->span =
+        lifecycle_.Begin(c->ns(), std::string(c->name), c->uid, c->device_class(), c->created);
     const absl::string_view view = c->key;  // the map's key lives in the claim it holds
     it = claims_by_key_.emplace(view, std::move(c)).first;
     RecordTransition(*it->second, Transition::kCreated);
@@ -159,7 +161,7 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
   std::vector<Key> pods;
   for (const model::ResourceClaimConsumerReference& ref : obj.status.reserved_for) {
     if (ref.resource == "pods" && ref.api_group.empty()) {
-      pods.push_back(absl::StrCat(claim.ns, "/", ref.name));
+      pods.push_back(absl::StrCat(claim.ns(), "/", ref.name));
     }
   }
   SetReservations(claim, std::move(pods));
@@ -242,18 +244,9 @@ void Analyzer::SetReservations(Claim& claim, std::vector<Key> pods) {
 }
 
 ClaimState Analyzer::StateOfClaim(const Claim& claim) const {
-  if (!claim.allocated) {
-    return ClaimState::kPending;
-  }
-  if (claim.reserved_pods.empty()) {
-    return ClaimState::kAllocated;
-  }
-  for (const Key& pod : claim.reserved_pods) {
-    if (PodRunning(pod)) {
-      return ClaimState::kInUse;
-    }
-  }
-  return ClaimState::kReserved;
+  const bool running = std::any_of(claim.reserved_pods.begin(), claim.reserved_pods.end(),
+                                   [this](const Key& pod) { return PodRunning(pod); });
+  return ClaimStateOf(claim.allocated, !claim.reserved_pods.empty(), running);
 }
 
 void Analyzer::RecordTransition(Claim& claim, cluster::Transition to) {
@@ -273,8 +266,8 @@ void Analyzer::RefreshClaimState(Claim& claim) {
     auto [it, inserted] = claim_counts_.emplace(labels, std::make_pair(nullptr, 0));
     if (inserted) {
       it->second.first = &claims_.Add({{"state", std::string(ToString(s))},
-                                       {"device_class", claim.device_class},
-                                       {"namespace", claim.ns}});
+                                       {"device_class", claim.device_class()},
+                                       {"namespace", claim.ns()}});
     }
     it->second.second += delta;
     it->second.first->Set(it->second.second);
@@ -297,10 +290,10 @@ void Analyzer::RefreshClaimState(Claim& claim) {
     RecordTransition(claim, Transition::kAllocated);
     if (claim.seen_pending) {
       absl::Time at = claim.allocation_time.value_or(clock_.Now());
-      auto [it, inserted] = latency_.emplace(claim.device_class, nullptr);
+      auto [it, inserted] = latency_.emplace(claim.device_class(), nullptr);
       if (inserted) {
         it->second =
-            &allocation_latency_.Add({{"device_class", claim.device_class}}, LatencyBuckets());
+            &allocation_latency_.Add({{"device_class", claim.device_class()}}, LatencyBuckets());
       }
       it->second->Observe(std::max(0.0, absl::ToDoubleSeconds(at - claim.created)));
     }
@@ -386,7 +379,7 @@ void Analyzer::UpdatePendingSeries(Claim& claim) {
   }
   if (reason != claim.reason) {
     auto count = [&](PendingReason r, int delta) {
-      std::vector<std::string> labels = {claim.device_class, std::string(ToString(r))};
+      std::vector<std::string> labels = {claim.device_class(), std::string(ToString(r))};
       auto [it, inserted] = pending_counts_.emplace(labels, std::make_pair(nullptr, 0));
       if (inserted) {
         it->second.first =
@@ -407,8 +400,8 @@ void Analyzer::UpdatePendingSeries(Claim& claim) {
       // Labels in name order, as a registry family would give them.
       pending_ages_->Set(claim.key,
                          {{"claim", std::string(claim.name)},
-                          {"device_class", claim.device_class},
-                          {"namespace", claim.ns},
+                          {"device_class", claim.device_class()},
+                          {"namespace", claim.ns()},
                           {"reason", std::string(ToString(*reason))}},
                          0);
       claim.age = true;
@@ -436,12 +429,11 @@ bool Analyzer::RequestFits(const Request& request, Device& device) {
 
 PendingReason Analyzer::ReasonOfRequest(const Request& request) {
   if (!request.alternatives.empty()) {
-    // firstAvailable: the best verdict among the alternatives.
-    PendingReason best = PendingReason::kUnsatisfiable;
+    std::vector<PendingReason> reasons;
     for (const auto& alt : request.alternatives) {
-      best = std::max(best, ReasonOfRequest(*alt));
+      reasons.push_back(ReasonOfRequest(*alt));
     }
-    return best;
+    return BestOf(reasons);
   }
   if (auto leaf = leaves_.find(request.signature); leaf != leaves_.end()) {
     return ReasonOfLeaf(*leaf->second);
@@ -451,42 +443,31 @@ PendingReason Analyzer::ReasonOfRequest(const Request& request) {
 
 // The reason of a request that no pending claim holds (so it has no counts): one scan.
 PendingReason Analyzer::ScanReason(const Request& request) {
-  PendingReason reason = PendingReason::kUnsatisfiable;
-  auto cls = classes_.find(request.device_class);
-  if (cls != classes_.end()) {
-    bool unknown = !class_unknown_[request.device_class].empty();
-    int64_t matching = 0, untainted = 0, free = 0;
-    for (Device* device : class_devices_[request.device_class]) {
-      Device& d = *device;
-      // The class surely matches these devices: what is left is the request's selectors and
-      // its tolerations.
-      const fit::Match m = LeafMatch(request, d);
-      if (m == fit::Match::kUnknown) {
-        unknown = true;
-      }
-      if (m == fit::Match::kNoMatch || m == fit::Match::kUnknown) {
-        continue;
-      }
-      ++matching;
-      if (m == fit::Match::kTainted) {
-        continue;
-      }
-      ++untainted;
-      if (!DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node)) {
-        ++free;
-      }
+  RequestCounts counts{.all = request.all, .count = request.count};
+  counts.class_exists = classes_.contains(request.device_class);
+  if (!counts.class_exists) {
+    return ReasonOf(counts);
+  }
+  counts.unknown = !class_unknown_[request.device_class].empty();
+  for (Device* device : class_devices_[request.device_class]) {
+    Device& d = *device;
+    // The class surely matches these devices: what is left is the request's selectors and its
+    // tolerations.
+    const fit::Match m = LeafMatch(request, d);
+    counts.unknown = counts.unknown || m == fit::Match::kUnknown;
+    if (m == fit::Match::kNoMatch || m == fit::Match::kUnknown) {
+      continue;
     }
-    if (matching == 0 || (!request.all && matching < request.count)) {
-      reason = unknown ? PendingReason::kUnknown : PendingReason::kUnsatisfiable;
-    } else if (untainted == 0 || (!request.all && untainted < request.count)) {
-      reason = PendingReason::kTainted;
-    } else if (free < (request.all ? untainted : request.count)) {
-      reason = PendingReason::kNoCapacity;
-    } else {
-      reason = PendingReason::kWaitingForPod;
+    ++counts.matching;
+    if (m == fit::Match::kTainted) {
+      continue;
+    }
+    ++counts.untainted;
+    if (!DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node)) {
+      ++counts.free;
     }
   }
-  return reason;
+  return ReasonOf(counts);
 }
 
 }  // namespace dralens::exporter::cluster

@@ -197,7 +197,7 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
   }
   const Claim& c = *it->second;
   ClaimExplanation e;
-  e.ns = c.ns;
+  e.ns = c.ns();
   e.name = std::string(c.name);
   e.uid = c.uid;
   e.state = c.has_state ? c.state : StateOfClaim(c);
@@ -247,7 +247,7 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
     e.devices.push_back(std::move(p));
   }
   e.topology = c.spread;
-  e.topology_sensitive = topology_sensitive_.count(c.device_class) > 0;
+  e.topology_sensitive = topology_sensitive_.count(c.device_class()) > 0;
   e.reserved_for = c.reserved_pods;
   for (const Key& pod : c.reserved_pods) {
     if (PodRunning(pod)) {
@@ -295,7 +295,7 @@ std::vector<Analyzer::PendingClaim> Analyzer::PendingClaims() {
       continue;
     }
     const Claim& c = *it->second;
-    out.push_back({c.ns, std::string(c.name), c.uid, *c.reason, c.created});
+    out.push_back({c.ns(), std::string(c.name), c.uid, *c.reason, c.created});
   }
   return out;
 }

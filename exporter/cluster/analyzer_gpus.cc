@@ -202,7 +202,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
           return &cls;
         }
       }
-      return &claim.device_class;
+      return &claim.device_class();
     };
     std::vector<Held> held;
     double left_free = 0, left_unavailable = 0;
@@ -296,7 +296,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       }
     }
     if (const Claim* oldest = OldestPendingFor(free); oldest != nullptr) {
-      add_stranded(StrandedKind::kFreeWhilePending, labels_.Id(oldest->device_class), left_free);
+      add_stranded(StrandedKind::kFreeWhilePending, labels_.Id(oldest->device_class()), left_free);
     } else if (mig && (allocated > 0 || set == nullptr)) {
       add_stranded(StrandedKind::kUnplaceableFragment, no_class, left_free);
     }

@@ -106,19 +106,13 @@ void Analyzer::RecountLeaf(LeafCounts& leaf) {
 
 PendingReason Analyzer::ReasonOfLeaf(const LeafCounts& leaf) const {
   const Request& r = *leaf.request;
-  if (classes_.count(r.device_class) == 0) {
-    return PendingReason::kUnsatisfiable;
-  }
-  if (leaf.matching == 0 || (!r.all && leaf.matching < r.count)) {
-    return leaf.unknown > 0 ? PendingReason::kUnknown : PendingReason::kUnsatisfiable;
-  }
-  if (leaf.untainted == 0 || (!r.all && leaf.untainted < r.count)) {
-    return PendingReason::kTainted;
-  }
-  if (leaf.free < (r.all ? leaf.untainted : r.count)) {
-    return PendingReason::kNoCapacity;
-  }
-  return PendingReason::kWaitingForPod;
+  return ReasonOf({.class_exists = classes_.contains(r.device_class),
+                   .all = r.all,
+                   .count = r.count,
+                   .unknown = leaf.unknown > 0,
+                   .matching = leaf.matching,
+                   .untainted = leaf.untainted,
+                   .free = leaf.free});
 }
 
 std::vector<std::shared_ptr<Analyzer::Request>> Analyzer::LeavesOf(
@@ -175,11 +169,12 @@ void Analyzer::UnregisterShape(const PendingShape& shape, const std::string& sig
 }
 
 PendingReason Analyzer::ReasonOfClaim(const Claim& claim) {
-  PendingReason worst = PendingReason::kWaitingForPod;
+  std::vector<PendingReason> reasons;
+  reasons.reserve(claim.requests.size());
   for (const auto& r : claim.requests) {
-    worst = std::min(worst, ReasonOfRequest(*r));
+    reasons.push_back(ReasonOfRequest(*r));
   }
-  return worst;
+  return WorstOf(reasons);
 }
 
 void Analyzer::DeleteClaim(const model::ResourceClaim& obj) {

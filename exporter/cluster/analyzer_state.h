@@ -105,9 +105,14 @@ struct Analyzer::Request {
 
 struct Analyzer::Claim {
   Key key;  // "ns/name"
-  std::string ns, uid, device_class;
+  std::string uid;
   absl::string_view name;            // in `key`
   uint32_t ns_id = 0, class_id = 0;  // LabelIds of ns and device_class
+  // Namespace and class (its first request's): vocabulary, kept once in the analyzer's LabelIds.
+  const std::string* ns_name = &Device::kNoName;
+  const std::string* class_name = &Device::kNoName;
+  const std::string& ns() const { return *ns_name; }
+  const std::string& device_class() const { return *class_name; }
   absl::Time created = absl::InfinitePast();
   std::vector<std::shared_ptr<Request>> requests;
   std::vector<std::pair<Key, std::string>> devices;  // device key, class of its request

@@ -49,7 +49,7 @@ void Analyzer::RefreshSpread(Claim& claim) {
     return;
   }
   if (claim.spread.has_value()) {
-    auto c = topology_counts_.find({claim.device_class, claim.ns,
+    auto c = topology_counts_.find({claim.device_class(), claim.ns(),
                                     std::string(ToString(claim.spread->spread)),
                                     std::string(ToString(claim.spread->nvlink))});
     if (c != topology_counts_.end()) {
@@ -67,23 +67,23 @@ void Analyzer::RefreshSpread(Claim& claim) {
   const std::string spread(ToString(topology->spread));
   const std::string nvlink(ToString(topology->nvlink));
   auto [it, inserted] = topology_counts_.emplace(
-      std::vector<std::string>{claim.device_class, claim.ns, spread, nvlink},
+      std::vector<std::string>{claim.device_class(), claim.ns(), spread, nvlink},
       std::make_pair(nullptr, 0));
   if (inserted) {
-    it->second.first = &topology_.Add({{"device_class", claim.device_class},
-                                       {"namespace", claim.ns},
+    it->second.first = &topology_.Add({{"device_class", claim.device_class()},
+                                       {"namespace", claim.ns()},
                                        {"spread", spread},
                                        {"nvlink", nvlink}});
   }
   it->second.first->Set(++it->second.second);
   claim.spread_series =
-      &claim_spread_.Add({{"namespace", claim.ns},
+      &claim_spread_.Add({{"namespace", claim.ns()},
                           {"claim", std::string(claim.name)},
-                          {"device_class", claim.device_class},
+                          {"device_class", claim.device_class()},
                           {"spread", spread},
                           {"nvlink", nvlink},
                           {"topology_sensitive",
-                           topology_sensitive_.contains(claim.device_class) ? "true" : "false"}});
+                           topology_sensitive_.contains(claim.device_class()) ? "true" : "false"}});
   claim.spread_series->Set(static_cast<double>(claim.spread_devices.size()));
 }
 

@@ -1,6 +1,51 @@
 #include "exporter/cluster/findings.h"
 
+#include <algorithm>
+
 namespace dralens::exporter::cluster {
+
+ClaimState ClaimStateOf(bool allocated, bool reserved, bool reserving_pod_running) {
+  if (!allocated) {
+    return ClaimState::kPending;
+  }
+  if (!reserved) {
+    return ClaimState::kAllocated;
+  }
+  return reserving_pod_running ? ClaimState::kInUse : ClaimState::kReserved;
+}
+
+PendingReason ReasonOf(const RequestCounts& c) {
+  if (!c.class_exists) {
+    return PendingReason::kUnsatisfiable;
+  }
+  if (c.matching == 0 || (!c.all && c.matching < c.count)) {
+    return c.unknown ? PendingReason::kUnknown : PendingReason::kUnsatisfiable;
+  }
+  if (c.untainted == 0 || (!c.all && c.untainted < c.count)) {
+    return PendingReason::kTainted;
+  }
+  if (c.free < (c.all ? c.untainted : c.count)) {
+    return PendingReason::kNoCapacity;
+  }
+  return PendingReason::kWaitingForPod;
+}
+
+// PendingReason is ordered most severe first.
+PendingReason BestOf(const std::vector<PendingReason>& alternatives) {
+  PendingReason best = PendingReason::kUnsatisfiable;
+  for (PendingReason r : alternatives) {
+    best = std::max(best, r);
+  }
+  return best;
+}
+
+PendingReason WorstOf(const std::vector<PendingReason>& requests) {
+  PendingReason worst = PendingReason::kWaitingForPod;
+  for (PendingReason r : requests) {
+    worst = std::min(worst, r);
+  }
+  return worst;
+}
 
 absl::string_view ToString(ClaimState state) {
   switch (state) {

@@ -1,4 +1,7 @@
-// The bounded label values of the cluster analyzer, each an enum with one ToString.
+// The cluster analyzer's findings: the bounded label values, each an enum with one ToString,
+// and the pure rules that decide them from counts and facts (objects in, findings out; one
+// table-driven test case per rule in tests/exporter/cluster/findings_test.cc). The analyzer
+// keeps the counts up to date per event; these functions only judge them.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,9 @@ namespace dralens::exporter::cluster {
 // dralens_cluster_claims{state}.
 enum class ClaimState { kPending, kAllocated, kReserved, kInUse };
 absl::string_view ToString(ClaimState state);
+// The state of a claim: pending without an allocation; allocated when no pod reserves it;
+// in_use once a reserving pod runs; else reserved. The states are exclusive.
+ClaimState ClaimStateOf(bool allocated, bool reserved, bool reserving_pod_running);
 
 // Why a claim pends, most severe first: a claim with several requests takes the most severe
 // reason among them.
@@ -24,6 +30,26 @@ enum class PendingReason {
   kWaitingForPod,  // capacity is there: no scheduled pod has asked for the claim yet
 };
 absl::string_view ToString(PendingReason reason);
+
+// What the devices of a request's class are to one request (a request, or one alternative of a
+// firstAvailable request): the input of its pending reason.
+struct RequestCounts {
+  bool class_exists = true;
+  bool all = false;       // allocationMode All: every matching device
+  int64_t count = 1;      // allocationMode ExactCount: how many
+  bool unknown = false;   // some device's verdict is unknown (CEL outside the subset)
+  int64_t matching = 0;   // devices the class and the request's selectors match
+  int64_t untainted = 0;  // of those, without an untolerated NoSchedule/NoExecute taint
+  int64_t free = 0;       // of those, not allocated, not blocked by counters, node up
+};
+// The first rule that holds: no class, or too few matches, is unsatisfiable (unknown when a
+// verdict is unknown); too few untainted matches is tainted; too few free is no_capacity; else
+// waiting_for_pod. With All, "enough" means at least one match and every untainted one free.
+PendingReason ReasonOf(const RequestCounts& counts);
+// A firstAvailable request: the least severe of its alternatives (any one will do).
+PendingReason BestOf(const std::vector<PendingReason>& alternatives);
+// A claim: the most severe of its requests (each must be met); waiting_for_pod with none.
+PendingReason WorstOf(const std::vector<PendingReason>& requests);
 
 // dralens_cluster_pool_devices{state}. A device whose shared counters are used up by other
 // allocations is counted as allocated.

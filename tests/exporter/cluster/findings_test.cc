@@ -1,0 +1,86 @@
+// The pure rules of findings.h, one case per rule, in the order the rules are tried.
+#include "exporter/cluster/findings.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace dralens::exporter::cluster {
+namespace {
+
+struct ReasonCase {
+  std::string rule;
+  RequestCounts counts;
+  PendingReason want;
+};
+
+TEST(FindingsTest, PendingReasonOneCasePerRule) {
+  const std::vector<ReasonCase> cases = {
+      {"no such class",
+       {.class_exists = false, .matching = 8, .untainted = 8, .free = 8},
+       PendingReason::kUnsatisfiable},
+      {"nothing matches", {.matching = 0}, PendingReason::kUnsatisfiable},
+      {"fewer matches than the count",
+       {.count = 4, .matching = 3, .untainted = 3, .free = 3},
+       PendingReason::kUnsatisfiable},
+      {"nothing matches, a verdict unknown", {.unknown = true}, PendingReason::kUnknown},
+      {"too few matches, a verdict unknown",
+       {.count = 2, .unknown = true, .matching = 1, .untainted = 1, .free = 1},
+       PendingReason::kUnknown},
+      {"All with no match", {.all = true}, PendingReason::kUnsatisfiable},
+      {"every match tainted", {.matching = 4, .untainted = 0}, PendingReason::kTainted},
+      {"too few untainted",
+       {.count = 3, .matching = 4, .untainted = 2, .free = 2},
+       PendingReason::kTainted},
+      {"too few free",
+       {.count = 2, .matching = 4, .untainted = 4, .free = 1},
+       PendingReason::kNoCapacity},
+      {"All: an untainted match not free",
+       {.all = true, .matching = 4, .untainted = 3, .free = 2},
+       PendingReason::kNoCapacity},
+      {"enough free",
+       {.count = 2, .matching = 4, .untainted = 4, .free = 2},
+       PendingReason::kWaitingForPod},
+      {"All: every untainted match free, tainted ones aside",
+       {.all = true, .matching = 4, .untainted = 3, .free = 3},
+       PendingReason::kWaitingForPod},
+      {"an unknown verdict beside enough matches",
+       {.unknown = true, .matching = 1, .untainted = 1, .free = 1},
+       PendingReason::kWaitingForPod},
+  };
+  for (const ReasonCase& c : cases) {
+    EXPECT_EQ(ReasonOf(c.counts), c.want)
+        << c.rule << ": got " << ToString(ReasonOf(c.counts)) << ", want " << ToString(c.want);
+  }
+}
+
+TEST(FindingsTest, AlternativesTakeTheBestRequestsTheWorst) {
+  using R = PendingReason;
+  EXPECT_EQ(BestOf({R::kUnsatisfiable, R::kNoCapacity, R::kTainted}), R::kNoCapacity);
+  EXPECT_EQ(BestOf({}), R::kUnsatisfiable);  // no alternative can be met
+  EXPECT_EQ(WorstOf({R::kWaitingForPod, R::kTainted, R::kNoCapacity}), R::kTainted);
+  EXPECT_EQ(WorstOf({}), R::kWaitingForPod);  // a claim asking for nothing waits for its pod
+}
+
+struct StateCase {
+  bool allocated, reserved, running;
+  ClaimState want;
+};
+
+TEST(FindingsTest, ClaimStatesAreExclusive) {
+  const std::vector<StateCase> cases = {
+      {false, false, false, ClaimState::kPending},
+      {false, true, true, ClaimState::kPending},  // no allocation: nothing else counts
+      {true, false, false, ClaimState::kAllocated},
+      {true, true, false, ClaimState::kReserved},
+      {true, true, true, ClaimState::kInUse},
+  };
+  for (const StateCase& c : cases) {
+    EXPECT_EQ(ClaimStateOf(c.allocated, c.reserved, c.running), c.want)
+        << c.allocated << c.reserved << c.running;
+  }
+}
+
+}  // namespace
+}  // namespace dralens::exporter::cluster
