@@ -128,15 +128,15 @@ void PrintTables(const std::vector<RunResult>& results) {
   }
   std::printf(
       "\nHarness cost: | claims | order | api server setup | api server CPU | api server peak "
-      "RSS | driver CPU | driver peak RSS | dralens idle CPU | relist after 410 | load average "
-      "|\n");
+      "RSS | driver CPU | driver peak RSS | dralens idle CPU | relist after 410 | dralens peak "
+      "RSS at the end (events and relist included) | load average |\n");
   for (const RunResult& r : results) {
-    std::printf("| %d | %s | %.1f s | %.1f s | %s | %.1f s | %s | %.1f ms/s | %s | %s |\n",
+    std::printf("| %d | %s | %.1f s | %.1f s | %s | %.1f s | %s | %.1f ms/s | %s | %s | %s |\n",
                 r.claims, r.order.c_str(), r.server_setup_s, r.server_cpu_s,
                 Mb(r.server_peak_rss).c_str(), r.harness_cpu_s, Mb(r.harness_peak_rss).c_str(),
                 1e3 * r.idle_cpu_per_s,
                 r.relist_s > 0 ? absl::StrFormat("%.2f s", r.relist_s).c_str() : "–",
-                r.load_average.c_str());
+                r.peak_rss_end > 0 ? Mb(r.peak_rss_end).c_str() : "–", r.load_average.c_str());
   }
 }
 
