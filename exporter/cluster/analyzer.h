@@ -338,9 +338,6 @@ class Analyzer {
     bool operator()(const Device* a, const Device* b) const;
   };
   using DeviceSet = absl::btree_set<Device*, ByKey>;
-  struct ByClaimKey {
-    bool operator()(const Claim* a, const Claim* b) const;
-  };
   std::map<std::string, DeviceSet> class_devices_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, DeviceSet> class_unknown_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
@@ -351,6 +348,9 @@ class Analyzer {
   // By key: a view of the claim's own `key`, so the key is kept once.
   absl::flat_hash_map<absl::string_view, std::unique_ptr<Claim>> claims_by_key_
       ABSL_GUARDED_BY(mu_);
+  struct ByClaimKey {  // claims in key order
+    bool operator()(const Claim* a, const Claim* b) const;
+  };
   // The requests claims hold, by signature and names: equal requests are shared.
   std::unordered_map<std::string, std::weak_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
   size_t live_request_keys_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -429,7 +430,7 @@ bool Analyzer::RequestFits(const Request& request, Device& device) {
 
 PendingReason Analyzer::ReasonOfRequest(const Request& request) {
   if (!request.alternatives.empty()) {
-    std::vector<PendingReason> reasons;
+    absl::InlinedVector<PendingReason, 4> reasons;
     for (const auto& alt : request.alternatives) {
       reasons.push_back(ReasonOfRequest(*alt));
     }

@@ -321,10 +321,8 @@ void Analyzer::UpsertPod(const model::Pod& pod) {
   absl::MutexLock lock(&mu_);
   const Key key = absl::StrCat(pod.metadata.namespace_name, "/", pod.metadata.name);
   const bool running = pod.status.phase == "Running";
-  auto it = pods_.find(key);
-  if (it == pods_.end()) {
-    it = pods_.try_emplace(key).first;
-  } else if (it->second.exists && it->second.running == running) {
+  auto [it, inserted] = pods_.try_emplace(key);
+  if (!inserted && it->second.exists && it->second.running == running) {
     return;
   }
   it->second.exists = true;

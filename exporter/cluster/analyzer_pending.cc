@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -169,8 +170,7 @@ void Analyzer::UnregisterShape(const PendingShape& shape, const std::string& sig
 }
 
 PendingReason Analyzer::ReasonOfClaim(const Claim& claim) {
-  std::vector<PendingReason> reasons;
-  reasons.reserve(claim.requests.size());
+  absl::InlinedVector<PendingReason, 4> reasons;  // no allocation on this path for most claims
   for (const auto& r : claim.requests) {
     reasons.push_back(ReasonOfRequest(*r));
   }

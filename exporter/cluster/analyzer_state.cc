@@ -7,8 +7,6 @@
 
 namespace dralens::exporter::cluster {
 
-const std::string Analyzer::Device::kNoName;
-
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
       0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};

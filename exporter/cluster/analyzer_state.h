@@ -36,6 +36,9 @@ namespace dralens::exporter::cluster {
 
 inline constexpr double kEpsilon = 1e-9;
 
+// What the interned name fields of a Device or Claim point at until they are set.
+inline const std::string kNoName;
+
 // Allocation latencies: from a second (a scheduler that keeps up) to an hour (a claim that
 // waited for capacity).
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets();
@@ -66,7 +69,6 @@ struct Analyzer::Device {
   const std::string& product() const { return *product_name; }
   const std::string& type() const { return *type_name; }
   const std::string& profile() const { return *profile_name; }
-  static const std::string kNoName;
   CompactSpec spec;      // what the analysis reads of the published device
   bool tainted = false;  // a NoSchedule/NoExecute taint (fit::Blocking)
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
@@ -109,8 +111,8 @@ struct Analyzer::Claim {
   absl::string_view name;            // in `key`
   uint32_t ns_id = 0, class_id = 0;  // LabelIds of ns and device_class
   // Namespace and class (its first request's): vocabulary, kept once in the analyzer's LabelIds.
-  const std::string* ns_name = &Device::kNoName;
-  const std::string* class_name = &Device::kNoName;
+  const std::string* ns_name = &kNoName;
+  const std::string* class_name = &kNoName;
   const std::string& ns() const { return *ns_name; }
   const std::string& device_class() const { return *class_name; }
   absl::Time created = absl::InfinitePast();

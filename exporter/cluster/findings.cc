@@ -31,7 +31,7 @@ PendingReason ReasonOf(const RequestCounts& c) {
 }
 
 // PendingReason is ordered most severe first.
-PendingReason BestOf(const std::vector<PendingReason>& alternatives) {
+PendingReason BestOf(absl::Span<const PendingReason> alternatives) {
   PendingReason best = PendingReason::kUnsatisfiable;
   for (PendingReason r : alternatives) {
     best = std::max(best, r);
@@ -39,7 +39,7 @@ PendingReason BestOf(const std::vector<PendingReason>& alternatives) {
   return best;
 }
 
-PendingReason WorstOf(const std::vector<PendingReason>& requests) {
+PendingReason WorstOf(absl::Span<const PendingReason> requests) {
   PendingReason worst = PendingReason::kWaitingForPod;
   for (PendingReason r : requests) {
     worst = std::min(worst, r);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace dralens::exporter::cluster {
 
@@ -47,9 +48,9 @@ struct RequestCounts {
 // waiting_for_pod. With All, "enough" means at least one match and every untainted one free.
 PendingReason ReasonOf(const RequestCounts& counts);
 // A firstAvailable request: the least severe of its alternatives (any one will do).
-PendingReason BestOf(const std::vector<PendingReason>& alternatives);
+PendingReason BestOf(absl::Span<const PendingReason> alternatives);
 // A claim: the most severe of its requests (each must be met); waiting_for_pod with none.
-PendingReason WorstOf(const std::vector<PendingReason>& requests);
+PendingReason WorstOf(absl::Span<const PendingReason> requests);
 
 // dralens_cluster_pool_devices{state}. A device whose shared counters are used up by other
 // allocations is counted as allocated.
