@@ -25,7 +25,7 @@ void LeaderGate::AddTextSource(std::shared_ptr<const telemetry::TextSource> sour
   text_.push_back(std::move(source));
 }
 
-void LeaderGate::AppendText(std::string* out, telemetry::ExpositionFormat format) const {
+void LeaderGate::AppendText(telemetry::TextWriter& out, telemetry::ExpositionFormat format) const {
   if (!leader_.load()) {
     return;
   }

@@ -35,7 +35,7 @@ class LeaderGate : public prometheus::Collectable, public telemetry::TextSource 
   // prometheus::Collectable
   std::vector<prometheus::MetricFamily> Collect() const override;
   // telemetry::TextSource: the text sources, while leading.
-  void AppendText(std::string* out, telemetry::ExpositionFormat format) const override;
+  void AppendText(telemetry::TextWriter& out, telemetry::ExpositionFormat format) const override;
 
  private:
   std::shared_ptr<prometheus::Registry> cluster_;

@@ -57,15 +57,17 @@ std::vector<prometheus::MetricFamily> ObjectSeries::Collect() const {
   return {std::move(family)};
 }
 
-void ObjectSeries::AppendText(std::string* out, telemetry::ExpositionFormat format) const {
-  absl::MutexLock lock(&mu_);
-  if (series_.empty()) {
-    return;
-  }
-  telemetry::AppendHeader(out, name_, help_, prometheus::MetricType::Gauge, format);
-  for (const auto& [key, series] : series_) {
-    absl::StrAppend(out, name_, series.text, " ", telemetry::FormatValue(series.value), "\n");
-  }
+void ObjectSeries::AppendText(telemetry::TextWriter& out,
+                              telemetry::ExpositionFormat format) const {
+  telemetry::AppendInPieces(
+      mu_, series_, out,
+      [&](std::string* buffer) {
+        telemetry::AppendHeader(buffer, name_, help_, prometheus::MetricType::Gauge, format);
+      },
+      [&](std::string* buffer, const std::string&, const Series& series) {
+        absl::StrAppend(buffer, name_, series.text, " ", telemetry::FormatValue(series.value),
+                        "\n");
+      });
 }
 
 }  // namespace dralens::exporter::cluster

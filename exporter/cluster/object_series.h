@@ -36,7 +36,7 @@ class ObjectSeries : public prometheus::Collectable, public telemetry::TextSourc
   // prometheus::Collectable: one family, series in key order (none: no family).
   std::vector<prometheus::MetricFamily> Collect() const override ABSL_LOCKS_EXCLUDED(mu_);
   // telemetry::TextSource: the same family, series in key order (none: nothing).
-  void AppendText(std::string* out, telemetry::ExpositionFormat format) const override
+  void AppendText(telemetry::TextWriter& out, telemetry::ExpositionFormat format) const override
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
@@ -20,6 +21,9 @@
 
 namespace dralens::exporter {
 namespace {
+
+// What a scrape renders before it sends: a few hundred series of the cluster role.
+constexpr size_t kScrapePieceBytes = 64 * 1024;
 
 // Scrapes are expected in the sub-millisecond to tens-of-milliseconds range.
 const prometheus::Histogram::BucketBoundaries& ScrapeBuckets() {
@@ -177,29 +181,46 @@ absl::Status MetricsServer::Start(const std::string& address,
     const absl::Time start = absl::Now();
     const telemetry::ExpositionFormat format =
         telemetry::NegotiateFormat(req.get_header_value("Accept"));
-    std::vector<prometheus::MetricFamily> families = registry_->Collect();
-    for (const prometheus::Collectable* c : collectables_) {
-      std::vector<prometheus::MetricFamily> more = c->Collect();
-      families.insert(families.end(), std::make_move_iterator(more.begin()),
-                      std::make_move_iterator(more.end()));
-    }
-    std::string body = telemetry::Render(families, exemplars_, format, text_sources_);
-    // Observed after rendering, so a scrape reports the one before it: that is what a
-    // collector can do without rendering twice.
-    (format == telemetry::ExpositionFormat::kOpenMetrics ? scrape_openmetrics_ : scrape_text_)
-        ->Observe(absl::ToDoubleSeconds(absl::Now() - start));
     // httplib gzips text/* bodies itself (at zlib's default level) when the client accepts it,
     // and would compress a body compressed here a second time; OpenMetrics' media type is not
     // one it knows, so that one is compressed here, at gzip's fastest level.
-    if (format == telemetry::ExpositionFormat::kOpenMetrics &&
-        telemetry::AcceptsGzip(req.get_header_value("Accept-Encoding"))) {
-      absl::StatusOr<std::string> gz = common::Gzip(body);
-      if (gz.ok()) {
-        body = *std::move(gz);
-        res.set_header("Content-Encoding", "gzip");
-      }
+    const bool gzip = format == telemetry::ExpositionFormat::kOpenMetrics &&
+                      telemetry::AcceptsGzip(req.get_header_value("Accept-Encoding"));
+    if (gzip) {
+      res.set_header("Content-Encoding", "gzip");
     }
-    res.set_content(std::move(body), std::string(telemetry::ContentType(format)));
+    // The body is written in pieces as it is rendered (chunked transfer encoding): a scrape
+    // holds one piece at a time, and no text source holds its lock while a piece is sent.
+    res.set_chunked_content_provider(
+        std::string(telemetry::ContentType(format)),
+        [this, format, gzip, start](size_t, httplib::DataSink& sink) {
+          std::vector<prometheus::MetricFamily> families = registry_->Collect();
+          for (const prometheus::Collectable* c : collectables_) {
+            std::vector<prometheus::MetricFamily> more = c->Collect();
+            families.insert(families.end(), std::make_move_iterator(more.begin()),
+                            std::make_move_iterator(more.end()));
+          }
+          auto send = [&sink](absl::string_view piece) {
+            return sink.is_writable() && sink.write(piece.data(), piece.size());
+          };
+          std::optional<common::GzipStream> gz;
+          if (gzip) {
+            gz.emplace(send);
+          }
+          telemetry::TextWriter out(kScrapePieceBytes, [&](absl::string_view piece) {
+            return gz.has_value() ? gz->Write(piece).ok() : send(piece);
+          });
+          telemetry::RenderTo(families, exemplars_, format, text_sources_, out);
+          const bool ok = !out.failed() && (!gz.has_value() || gz->Finish().ok());
+          // Observed once written, so a scrape reports the one before it: that is what a
+          // collector can do without rendering twice.
+          (format == telemetry::ExpositionFormat::kOpenMetrics ? scrape_openmetrics_ : scrape_text_)
+              ->Observe(absl::ToDoubleSeconds(absl::Now() - start));
+          if (ok) {
+            sink.done();
+          }
+          return ok;  // false drops the connection of a client that went away
+        });
   });
   for (const auto& [prefix, render] : json_prefix_endpoints_) {
     // Prefixes are plain paths ("/debug/claims/"): no character in them is special to a regex.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -357,23 +358,52 @@ std::vector<ClientMetric::Label> LabelsOfText(absl::string_view text) {
   return out;
 }
 
-std::string Render(const std::vector<MetricFamily>& families, const ExemplarStore* exemplars,
-                   ExpositionFormat format, const std::vector<const TextSource*>& sources) {
+TextWriter::TextWriter(size_t piece_bytes, std::function<bool(absl::string_view)> emit)
+    : piece_bytes_(piece_bytes), emit_(std::move(emit)) {
+  buffer_.reserve(piece_bytes_ + piece_bytes_ / 4);
+}
+
+bool TextWriter::Flush() {
+  if (emit_ == nullptr) {
+    return true;
+  }
+  if (!failed_ && !buffer_.empty() && !emit_(buffer_)) {
+    failed_ = true;
+  }
+  buffer_.clear();
+  return !failed_;
+}
+
+void RenderTo(const std::vector<MetricFamily>& families, const ExemplarStore* exemplars,
+              ExpositionFormat format, const std::vector<const TextSource*>& sources,
+              TextWriter& out) {
   const bool om = format == ExpositionFormat::kOpenMetrics;
-  std::string out;
   for (const MetricFamily& family : families) {
     if (family.metric.empty()) {
       continue;
     }
-    RenderFamily(&out, family, exemplars, om);
+    RenderFamily(out.buffer(), family, exemplars, om);
+    if (out.Full() && !out.Flush()) {
+      return;
+    }
   }
   for (const TextSource* source : sources) {
-    source->AppendText(&out, format);
+    source->AppendText(out, format);
+    if (out.failed()) {
+      return;
+    }
   }
   if (om) {
-    out.append("# EOF\n");
+    out.buffer()->append("# EOF\n");
   }
-  return out;
+  out.Flush();
+}
+
+std::string Render(const std::vector<MetricFamily>& families, const ExemplarStore* exemplars,
+                   ExpositionFormat format, const std::vector<const TextSource*>& sources) {
+  TextWriter out;
+  RenderTo(families, exemplars, format, sources, out);
+  return out.Take();
 }
 
 }  // namespace dralens::telemetry

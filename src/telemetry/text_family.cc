@@ -70,15 +70,13 @@ size_t TextFamily<T>::size() const {
 }
 
 template <typename T>
-void TextFamily<T>::AppendText(std::string* out, ExpositionFormat format) const {
-  absl::MutexLock lock(&mu_);
-  if (series_.empty()) {
-    return;
-  }
-  AppendHeader(out, name_, help_, TypeOf<T>(), format);
-  for (const auto& [text, metric] : series_) {
-    absl::StrAppend(out, name_, text, " ", FormatValue(metric->Value()), "\n");
-  }
+void TextFamily<T>::AppendText(TextWriter& out, ExpositionFormat format) const {
+  AppendInPieces(
+      mu_, series_, out,
+      [&](std::string* buffer) { AppendHeader(buffer, name_, help_, TypeOf<T>(), format); },
+      [&](std::string* buffer, const std::string& text, const std::unique_ptr<T>& metric) {
+        absl::StrAppend(buffer, name_, text, " ", FormatValue(metric->Value()), "\n");
+      });
 }
 
 template <typename T>
@@ -119,7 +117,7 @@ TextFamily<prometheus::Counter>& TextFamilies::AddCounter(absl::string_view name
   return ref;
 }
 
-void TextFamilies::AppendText(std::string* out, ExpositionFormat format) const {
+void TextFamilies::AppendText(TextWriter& out, ExpositionFormat format) const {
   for (const auto& family : families_) {
     family->AppendText(out, format);
   }

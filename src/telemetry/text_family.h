@@ -34,7 +34,7 @@ namespace dralens::telemetry {
 class TextFamilyBase {
  public:
   virtual ~TextFamilyBase() = default;
-  virtual void AppendText(std::string* out, ExpositionFormat format) const = 0;
+  virtual void AppendText(TextWriter& out, ExpositionFormat format) const = 0;
   virtual prometheus::MetricFamily CollectFamily() const = 0;
 };
 
@@ -52,8 +52,7 @@ class TextFamily : public TextFamilyBase {
   void Remove(T* metric) ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  void AppendText(std::string* out, ExpositionFormat format) const override
-      ABSL_LOCKS_EXCLUDED(mu_);
+  void AppendText(TextWriter& out, ExpositionFormat format) const override ABSL_LOCKS_EXCLUDED(mu_);
   prometheus::MetricFamily CollectFamily() const override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -74,7 +73,7 @@ class TextFamilies : public TextSource, public prometheus::Collectable {
   TextFamily<prometheus::Counter>& AddCounter(absl::string_view name);
 
   // TextSource: every family with series.
-  void AppendText(std::string* out, ExpositionFormat format) const override;
+  void AppendText(TextWriter& out, ExpositionFormat format) const override;
   // prometheus::Collectable: the same series as MetricFamily (families without series left out).
   std::vector<prometheus::MetricFamily> Collect() const override;
 

@@ -72,11 +72,11 @@ TEST(ObjectSeriesTest, TheGateRendersTextFamiliesOnlyWhileLeading) {
   text->AddGauge("dralens_cluster_gpus").Add({{"node", "a"}, {"state", "free"}}).Set(2);
   LeaderGate gate(cluster, process);
   gate.AddTextSource(text);
-  std::string out;
-  gate.AppendText(&out, telemetry::ExpositionFormat::kPrometheusText);
-  EXPECT_EQ(out, "");
+  EXPECT_EQ(telemetry::Render({}, nullptr, telemetry::ExpositionFormat::kPrometheusText, {&gate}),
+            "");
   gate.SetLeader(true);
-  gate.AppendText(&out, telemetry::ExpositionFormat::kPrometheusText);
+  const std::string out =
+      telemetry::Render({}, nullptr, telemetry::ExpositionFormat::kPrometheusText, {&gate});
   EXPECT_NE(out.find("dralens_cluster_gpus{node=\"a\",state=\"free\"} 2\n"), std::string::npos)
       << out;
 }

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
@@ -17,6 +19,7 @@ namespace dralens::telemetry {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kGauge[] = "dralens_cluster_gpus";
 constexpr char kCounter[] = "dralens_cluster_stranded_gpu_seconds_total";
@@ -104,8 +107,7 @@ TEST(TextFamilyTest, AddReturnsTheSameSeriesAndRemoveDropsIt) {
   g.Remove(&a);
   g.Remove(&a);  // twice: nothing
   EXPECT_EQ(g.size(), 1u);
-  std::string out;
-  text.AppendText(&out, ExpositionFormat::kPrometheusText);
+  std::string out = Render({}, nullptr, ExpositionFormat::kPrometheusText, {&text});
   EXPECT_THAT(out, HasSubstr("dralens_cluster_gpus{node=\"b\"} 2\n"));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("node=\"a\"")));
   // Collect gives the same series to code that reads families.
@@ -115,9 +117,7 @@ TEST(TextFamilyTest, AddReturnsTheSameSeriesAndRemoveDropsIt) {
   EXPECT_EQ(families[0].metric[0].gauge.value, 2);
   // A family without series writes nothing.
   g.Remove(&b);
-  out.clear();
-  text.AppendText(&out, ExpositionFormat::kOpenMetrics);
-  EXPECT_EQ(out, "");
+  EXPECT_EQ(Render({}, nullptr, ExpositionFormat::kPrometheusText, {&text}), "");
   EXPECT_TRUE(text.Collect().empty());
 }
 
@@ -147,6 +147,74 @@ TEST(TextFamilyTest, CollectGivesBackTheLabelsFromTheirText) {
 TEST(TextFamilyTest, RefusesANameOfAnotherKind) {
   EXPECT_THROW(TextFamily<prometheus::Counter>{kGauge}, std::logic_error);
   EXPECT_THROW(TextFamily<prometheus::Gauge>{kCounter}, std::logic_error);
+}
+
+// A scrape is written in pieces: each piece ends on a whole line, they add up to the text of a
+// one-piece render, and the family's lock is not held while a piece is handed on, so series can
+// change in between (as between two scrapes) without a torn or repeated line.
+TEST(TextFamilyTest, PiecesAddUpToTheWholeTextAndReleaseTheLockInBetween) {
+  TextFamilies text;
+  TextFamily<prometheus::Gauge>& g = text.AddGauge(kGauge);
+  std::vector<prometheus::Gauge*> series;
+  for (int i = 0; i < 1000; ++i) {
+    series.push_back(&g.Add({{"node", absl::StrFormat("node-%04d", i)}}));
+    series.back()->Set(i);
+  }
+  const std::string whole = Render({}, nullptr, ExpositionFormat::kOpenMetrics, {&text});
+  std::vector<std::string> pieces;
+  TextWriter out(1024, [&](absl::string_view piece) {
+    pieces.emplace_back(piece);
+    return true;
+  });
+  RenderTo({}, nullptr, ExpositionFormat::kOpenMetrics, {&text}, out);
+  EXPECT_GT(pieces.size(), 20u);
+  EXPECT_EQ(absl::StrJoin(pieces, ""), whole);
+  for (const std::string& piece : pieces) {
+    EXPECT_LT(piece.size(), 1024u + 64u);  // a piece, plus the line that filled it
+    EXPECT_TRUE(absl::EndsWith(piece, "\n"));
+  }
+
+  // Changes made while a piece is handed on (Add and Remove take the family's lock): a series
+  // after the last one written appears, one removed before it was written does not, and one
+  // added before the cursor waits for the next scrape.
+  pieces.clear();
+  TextWriter changing(1024, [&](absl::string_view piece) {
+    if (pieces.empty()) {
+      g.Add({{"node", "node-9999"}}).Set(7);
+      g.Remove(series[998]);
+      g.Add({{"node", "node-0000a"}}).Set(8);
+    }
+    pieces.emplace_back(piece);
+    return true;
+  });
+  RenderTo({}, nullptr, ExpositionFormat::kPrometheusText, {&text}, changing);
+  const std::string during = absl::StrJoin(pieces, "");
+  EXPECT_THAT(during, HasSubstr("dralens_cluster_gpus{node=\"node-9999\"} 7\n"));
+  EXPECT_THAT(during, Not(HasSubstr("node-0998")));
+  EXPECT_THAT(during, Not(HasSubstr("node-0000a")));
+  EXPECT_THAT(during, HasSubstr("dralens_cluster_gpus{node=\"node-0999\"} 999\n"));
+  EXPECT_EQ(std::count(during.begin(), during.end(), '\n'), 2 + 1000);  // HELP, TYPE, series
+  EXPECT_THAT(Render({}, nullptr, ExpositionFormat::kPrometheusText, {&text}),
+              HasSubstr("dralens_cluster_gpus{node=\"node-0000a\"} 8\n"));
+}
+
+// A client that hangs up stops the scrape: nothing more is rendered or handed on.
+TEST(TextFamilyTest, AReceiverThatIsGoneStopsTheRender) {
+  TextFamilies text;
+  TextFamily<prometheus::Gauge>& g = text.AddGauge(kGauge);
+  for (int i = 0; i < 1000; ++i) {
+    g.Add({{"node", absl::StrFormat("node-%04d", i)}}).Set(i);
+  }
+  int calls = 0;
+  TextWriter out(1024, [&](absl::string_view) {
+    ++calls;
+    return false;
+  });
+  RenderTo({}, nullptr, ExpositionFormat::kOpenMetrics, {&text}, out);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(out.failed());
+  EXPECT_FALSE(out.Flush());
+  EXPECT_EQ(calls, 1);
 }
 
 }  // namespace
