@@ -246,15 +246,19 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       }
     }
 
+    // Each part judged by the pure rule of findings.h: one state, at most one stranded kind.
     const uint32_t product = first.product_id;
-    auto add_gpus = [&](GpuState state, double value) {
-      if (value > 0) {
-        tally.gpus[{{first.driver_id, product, static_cast<uint32_t>(state)}}] += value;
+    auto record = [&](const PartFinding& f, double gpus, uint32_t holder_class,
+                      uint32_t pending_class) {
+      if (gpus <= 0) {
+        return;
       }
-    };
-    auto add_stranded = [&](StrandedKind kind, uint32_t cls, double value) {
-      if (value > 0) {
-        tally.stranded[{{static_cast<uint32_t>(kind), product, cls}}] += value;
+      tally.gpus[{{first.driver_id, product, static_cast<uint32_t>(f.state)}}] += gpus;
+      if (f.stranded.has_value()) {
+        const uint32_t cls = f.device_class == StrandedClass::kHolder           ? holder_class
+                             : f.device_class == StrandedClass::kLongestPending ? pending_class
+                                                                                : no_class;
+        tally.stranded[{{static_cast<uint32_t>(*f.stranded), product, cls}}] += gpus;
       }
     };
     double allocated = 0;
@@ -269,37 +273,37 @@ Analyzer::GpuTally Analyzer::TallyGpus(
             h.claim->state == ClaimState::kInUse ? Usage::kInUse : Usage::kAllocatedNotRunning;
         tally.held[{{h.claim->ns_id, cls, product, static_cast<uint32_t>(usage)}}] += h.gpus;
       }
-      if (h.unavailable) {
-        add_gpus(GpuState::kUnavailable, h.gpus);
-        add_stranded(StrandedKind::kAdvertisedUnhealthy, cls, h.gpus);
-        continue;
-      }
-      add_gpus(GpuState::kAllocated, h.gpus);
-      allocated += h.gpus;
-      if (h.claim->state != ClaimState::kInUse) {
-        add_stranded(StrandedKind::kAllocatedNotRunning, cls, h.gpus);
+      const PartFinding f = JudgePart({.held = true,
+                                       .unavailable = h.unavailable,
+                                       .holder_in_use = h.claim->state == ClaimState::kInUse});
+      record(f, h.gpus, cls, no_class);
+      if (f.state == GpuState::kAllocated) {
+        allocated += h.gpus;
       }
     }
-    add_gpus(GpuState::kUnavailable, left_unavailable);
-    add_stranded(StrandedKind::kAdvertisedUnhealthy, no_class, left_unavailable);
-    add_gpus(GpuState::kFree, left_free);
-    if (left_free <= 0 || pending_requests_.empty()) {
+    record(JudgePart({.unavailable = true}), left_unavailable, no_class, no_class);
+    if (left_free <= 0) {
       continue;
     }
-    // The free part: stranded while a pending claim could use one of its free devices.
-    std::vector<Device*> free;
-    bool mig = false;
-    for (Device* d : devices) {
-      mig = mig || d->type() == "mig";
-      if (!d->tainted && DeviceFree(*d)) {
-        free.push_back(d);
+    // The free part. Whether a pending claim could use one of the GPU's free devices is asked
+    // only while claims pend: it is the costly fact.
+    GpuPart free_part{.claims_pend = !pending_requests_.empty()};
+    const Claim* oldest = nullptr;
+    if (free_part.claims_pend) {
+      std::vector<Device*> free;
+      bool mig = false;
+      for (Device* d : devices) {
+        mig = mig || d->type() == "mig";
+        if (!d->tainted && DeviceFree(*d)) {
+          free.push_back(d);
+        }
       }
+      oldest = OldestPendingFor(free);
+      free_part.fits_pending = oldest != nullptr;
+      free_part.mig_cut = mig && (allocated > 0 || set == nullptr);
     }
-    if (const Claim* oldest = OldestPendingFor(free); oldest != nullptr) {
-      add_stranded(StrandedKind::kFreeWhilePending, labels_.Id(oldest->device_class()), left_free);
-    } else if (mig && (allocated > 0 || set == nullptr)) {
-      add_stranded(StrandedKind::kUnplaceableFragment, no_class, left_free);
-    }
+    record(JudgePart(free_part), left_free, no_class,
+           oldest != nullptr ? labels_.Id(oldest->device_class()) : no_class);
   }
   return tally;
 }

@@ -47,6 +47,29 @@ PendingReason WorstOf(absl::Span<const PendingReason> requests) {
   return worst;
 }
 
+PartFinding JudgePart(const GpuPart& part) {
+  if (part.unavailable) {
+    return {GpuState::kUnavailable, StrandedKind::kAdvertisedUnhealthy,
+            part.held ? StrandedClass::kHolder : StrandedClass::kNone};
+  }
+  if (part.held) {
+    if (part.holder_in_use) {
+      return {GpuState::kAllocated, std::nullopt, StrandedClass::kNone};
+    }
+    return {GpuState::kAllocated, StrandedKind::kAllocatedNotRunning, StrandedClass::kHolder};
+  }
+  if (!part.claims_pend) {
+    return {GpuState::kFree, std::nullopt, StrandedClass::kNone};
+  }
+  if (part.fits_pending) {
+    return {GpuState::kFree, StrandedKind::kFreeWhilePending, StrandedClass::kLongestPending};
+  }
+  if (part.mig_cut) {
+    return {GpuState::kFree, StrandedKind::kUnplaceableFragment, StrandedClass::kNone};
+  }
+  return {GpuState::kFree, std::nullopt, StrandedClass::kNone};
+}
+
 absl::string_view ToString(ClaimState state) {
   switch (state) {
     case ClaimState::kPending:

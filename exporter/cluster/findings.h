@@ -75,6 +75,38 @@ inline constexpr StrandedKind kStrandedKinds[] = {
     StrandedKind::kUnplaceableFragment, StrandedKind::kAdvertisedUnhealthy};
 absl::string_view ToString(StrandedKind kind);
 
+// One part of a physical GPU (docs/cluster.md, "Stranded GPUs"): a claim's share of it, or the
+// part nobody holds. The facts its state and stranded kind are judged by.
+struct GpuPart {
+  bool held = false;           // a claim holds it
+  bool unavailable = false;    // its device is tainted NoSchedule/NoExecute, or its Node is down
+  bool holder_in_use = false;  // held: a pod that reserves the claim runs
+  // The part nobody holds, when available:
+  bool claims_pend = false;   // some claim pends
+  bool fits_pending = false;  // a pending request fits one of the GPU's free devices
+  bool mig_cut = false;  // cut into MIG devices: static MIG, or partitionable with a part allocated
+};
+
+// Whose DeviceClass a stranded part is counted under.
+enum class StrandedClass {
+  kNone,            // ""
+  kHolder,          // the class of the request the holding claim was allocated the device for
+  kLongestPending,  // the class of the longest-pending claim the part could serve
+};
+
+// A part's dralens_cluster_gpus{state}, and its dralens_cluster_stranded_gpus{kind} if any.
+struct PartFinding {
+  GpuState state = GpuState::kFree;
+  std::optional<StrandedKind> stranded = {};
+  StrandedClass device_class = StrandedClass::kNone;
+  bool operator==(const PartFinding&) const = default;
+};
+// One state and at most one kind per part, the first that holds: unavailable parts are
+// advertised_unhealthy; held parts are allocated, and allocated_not_running unless in use;
+// free parts are stranded only while claims pend: free_while_pending when a pending request
+// fits, else unplaceable_fragment when the GPU is cut into MIG devices.
+PartFinding JudgePart(const GpuPart& part);
+
 // dralens_cluster_claim_topology{spread}: where the devices of an allocated claim with two or
 // more of them landed, closest first. A claim takes the first that holds for all its devices.
 enum class TopologySpread {

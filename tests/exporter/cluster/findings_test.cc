@@ -82,5 +82,48 @@ TEST(FindingsTest, ClaimStatesAreExclusive) {
   }
 }
 
+struct PartCase {
+  std::string rule;
+  GpuPart part;
+  PartFinding want;
+};
+
+std::string Describe(const PartFinding& f) {
+  return std::string(ToString(f.state)) + "/" +
+         (f.stranded.has_value() ? std::string(ToString(*f.stranded)) : "-") + "/" +
+         std::to_string(static_cast<int>(f.device_class));
+}
+
+// The precedence of docs/cluster.md: one state and at most one stranded kind per part.
+TEST(FindingsTest, GpuPartOneCasePerRule) {
+  using C = StrandedClass;
+  using K = StrandedKind;
+  using S = GpuState;
+  const std::vector<PartCase> cases = {
+      {"unavailable before anything: held",
+       {.held = true, .unavailable = true, .holder_in_use = true},
+       {S::kUnavailable, K::kAdvertisedUnhealthy, C::kHolder}},
+      {"unavailable before anything: nobody's, while a pending claim would fit",
+       {.unavailable = true, .claims_pend = true, .fits_pending = true, .mig_cut = true},
+       {S::kUnavailable, K::kAdvertisedUnhealthy, C::kNone}},
+      {"held and in use: not stranded", {.held = true, .holder_in_use = true}, {S::kAllocated}},
+      {"held, no pod runs",
+       {.held = true, .claims_pend = true, .fits_pending = true},
+       {S::kAllocated, K::kAllocatedNotRunning, C::kHolder}},
+      {"free, nothing pends", {.fits_pending = true, .mig_cut = true}, {S::kFree}},
+      {"free, a pending claim fits (before fragment)",
+       {.claims_pend = true, .fits_pending = true, .mig_cut = true},
+       {S::kFree, K::kFreeWhilePending, C::kLongestPending}},
+      {"free MIG capacity that nothing pending fits",
+       {.claims_pend = true, .mig_cut = true},
+       {S::kFree, K::kUnplaceableFragment, C::kNone}},
+      {"free, uncut, nothing pending fits", {.claims_pend = true}, {S::kFree}},
+  };
+  for (const PartCase& c : cases) {
+    EXPECT_EQ(JudgePart(c.part), c.want)
+        << c.rule << ": got " << Describe(JudgePart(c.part)) << ", want " << Describe(c.want);
+  }
+}
+
 }  // namespace
 }  // namespace dralens::exporter::cluster
