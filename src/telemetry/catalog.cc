@@ -23,7 +23,8 @@ std::vector<MetricSpec> BuildCatalog() {
        K::kHistogram,
        {"format"},
        "all",
-       "Time spent rendering /metrics, by exposition format (text, openmetrics).",
+       "Time spent rendering and sending /metrics (written as it is rendered), by exposition "
+       "format (text, openmetrics).",
        S::kBeta},
       {"dralens_kube_requests_total",
        K::kCounter,

@@ -101,9 +101,13 @@ void AppendInPieces(absl::Mutex& mu, const Map& series, TextWriter& out, const H
         header(out.buffer());
         started = true;
       }
-      while (it != series.end() && !out.Full()) {
+      bool full = false;
+      while (it != series.end() && !full) {
         line(out.buffer(), it->first, it->second);
-        after = it->first;
+        full = out.Full();
+        if (full) {
+          after = it->first;
+        }
         ++it;
       }
       if (it == series.end()) {

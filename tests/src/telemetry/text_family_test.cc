@@ -198,6 +198,26 @@ TEST(TextFamilyTest, PiecesAddUpToTheWholeTextAndReleaseTheLockInBetween) {
               HasSubstr("dralens_cluster_gpus{node=\"node-0000a\"} 8\n"));
 }
 
+// Pieces smaller than a line: every pass writes at least one series, so a series without labels
+// (the empty label text, the first key) is written once even when the header alone fills a piece.
+TEST(TextFamilyTest, PiecesSmallerThanALineStillWriteEverySeriesOnce) {
+  TextFamilies text;
+  TextFamily<prometheus::Gauge>& g = text.AddGauge(kGauge);
+  g.Add({}).Set(5);
+  g.Add({{"node", "a"}}).Set(1);
+  g.Add({{"node", "b"}}).Set(2);
+  std::vector<std::string> pieces;
+  TextWriter out(1, [&](absl::string_view piece) {
+    pieces.emplace_back(piece);
+    return true;
+  });
+  RenderTo({}, nullptr, ExpositionFormat::kPrometheusText, {&text}, out);
+  EXPECT_EQ(absl::StrJoin(pieces, ""),
+            Render({}, nullptr, ExpositionFormat::kPrometheusText, {&text}));
+  EXPECT_THAT(absl::StrJoin(pieces, ""), HasSubstr("\ndralens_cluster_gpus 5\n"));
+  EXPECT_EQ(pieces.size(), 3u);  // the header with the first series, then one series a piece
+}
+
 // A client that hangs up stops the scrape: nothing more is rendered or handed on.
 TEST(TextFamilyTest, AReceiverThatIsGoneStopsTheRender) {
   TextFamilies text;
