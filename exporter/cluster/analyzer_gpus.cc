@@ -303,7 +303,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       free_part.mig_cut = mig && (allocated > 0 || set == nullptr);
     }
     record(JudgePart(free_part), left_free, no_class,
-           oldest != nullptr ? labels_.Id(oldest->device_class()) : no_class);
+           oldest != nullptr ? oldest->class_id : no_class);
   }
   return tally;
 }

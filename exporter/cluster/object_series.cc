@@ -65,8 +65,7 @@ void ObjectSeries::AppendText(telemetry::TextWriter& out,
         telemetry::AppendHeader(buffer, name_, help_, prometheus::MetricType::Gauge, format);
       },
       [&](std::string* buffer, const std::string&, const Series& series) {
-        absl::StrAppend(buffer, name_, series.text, " ", telemetry::FormatValue(series.value),
-                        "\n");
+        telemetry::AppendTextSample(buffer, name_, series.text, series.value);
       });
 }
 

@@ -358,6 +358,11 @@ std::vector<ClientMetric::Label> LabelsOfText(absl::string_view text) {
   return out;
 }
 
+void AppendTextSample(std::string* out, absl::string_view name, absl::string_view label_text,
+                      double value) {
+  absl::StrAppend(out, name, label_text, " ", FormatValue(value), "\n");
+}
+
 TextWriter::TextWriter(size_t piece_bytes, std::function<bool(absl::string_view)> emit)
     : piece_bytes_(piece_bytes), emit_(std::move(emit)) {
   buffer_.reserve(piece_bytes_ + piece_bytes_ / 4);

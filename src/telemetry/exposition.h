@@ -141,5 +141,8 @@ std::vector<prometheus::ClientMetric::Label> LabelsOfText(absl::string_view text
 // A sample value as both formats write it: integers without a fraction, `+Inf`, `-Inf`, `NaN`,
 // otherwise the shortest text that reads back as the same double.
 std::string FormatValue(double value);
+// One sample line from a series' rendered label text: `name{labels} value\n`.
+void AppendTextSample(std::string* out, absl::string_view name, absl::string_view label_text,
+                      double value);
 
 }  // namespace dralens::telemetry

@@ -75,7 +75,7 @@ void TextFamily<T>::AppendText(TextWriter& out, ExpositionFormat format) const {
       mu_, series_, out,
       [&](std::string* buffer) { AppendHeader(buffer, name_, help_, TypeOf<T>(), format); },
       [&](std::string* buffer, const std::string& text, const std::unique_ptr<T>& metric) {
-        absl::StrAppend(buffer, name_, text, " ", FormatValue(metric->Value()), "\n");
+        AppendTextSample(buffer, name_, text, metric->Value());
       });
 }
 
