@@ -46,7 +46,7 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
 
 Analyzer::~Analyzer() {
   absl::MutexLock lock(&mu_);
-  for (auto& [key, claim] : claims_by_key_) {
+  for (const auto& [key, claim] : state_.claims()) {
     LifecycleTracer::Abandon(*claim->span);
   }
 }
@@ -127,96 +127,15 @@ void Analyzer::ClassifyDevice(Device& device, const cel::DeviceView* view) {
 
 // --- devices ---------------------------------------------------------------------------------
 
-bool Analyzer::DeviceAllocated(const Device& device) const {
-  auto it = allocations_.find(device.key);
-  if (it == allocations_.end() || it->second.empty()) {
-    return false;
-  }
-  if (!device.spec.allow_multiple_allocations) {
-    return true;
-  }
-  // Shared device: full once any consumed capacity reaches what the device has.
-  std::map<std::string, double> consumed;
-  for (const auto& [claim, capacity] : it->second) {
-    for (const auto& [name, value] : capacity) {
-      consumed[name] += value;
-    }
-  }
-  for (const auto& [name, value] : consumed) {
-    auto cap = device.capacity.find(name);
-    if (cap != device.capacity.end() && value + kEpsilon >= cap->second) {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool Analyzer::DeviceBlocked(const Device& device) const {
-  auto alloc = allocations_.find(device.key);
-  if (alloc != allocations_.end() && !alloc->second.empty()) {
-    return false;  // its own allocation holds the counters
-  }
-  // A counter set not (yet) published does not block.
-  return fit::FitCounters(device.consumes,
-                          [this](const std::string& set_key, const std::string& name) {
-                            return CounterLeft(set_key, name);
-                          }) == fit::CounterFit::kExceeds;
-}
-
-std::optional<double> Analyzer::CounterLeft(const std::string& set_key,
-                                            const std::string& name) const {
-  auto set = counter_sets_.find(set_key);
-  if (set == counter_sets_.end()) {
-    return std::nullopt;
-  }
-  auto cap = set->second->capacity.find(name);
-  const double capacity = cap == set->second->capacity.end() ? 0 : cap->second;
-  auto used = set->second->used.find(name);
-  const double in_use = used == set->second->used.end() ? 0 : used->second;
-  return capacity - in_use;
-}
-
-bool Analyzer::DeviceFree(const Device& device) const {
-  return !device.tainted && !DeviceAllocated(device) && !DeviceBlocked(device);
-}
-
-bool Analyzer::NodeDown(const std::string& node) const {
-  if (node.empty()) {
-    return false;
-  }
-  auto it = nodes_.find(node);
-  if (it == nodes_.end()) {
-    return nodes_synced_;
-  }
-  return !it->second.ready;
-}
-
 void Analyzer::RecountCounters(const std::string& set_key) {
-  auto it = counter_sets_.find(set_key);
-  if (it == counter_sets_.end()) {
+  const CounterSet* set = state_.RecountUsed(set_key);
+  if (set == nullptr) {
     return;
   }
-  CounterSet& set = *it->second;
-  set.used.clear();
-  for (const Key& key : set.devices) {
-    auto dev = devices_.find(key);
-    auto alloc = allocations_.find(key);
-    if (dev == devices_.end() || alloc == allocations_.end() || alloc->second.empty()) {
-      continue;
-    }
-    for (const auto& [consumed_set, counters] : dev->second->consumes) {
-      if (consumed_set != set_key) {
-        continue;
-      }
-      for (const auto& [name, value] : counters) {
-        set.used[name] += value;
-      }
-    }
-  }
-  dirty_nodes_.insert(set.node);
-  for (const Key& key : set.devices) {
-    if (auto dev = devices_.find(key); dev != devices_.end()) {
-      RefreshFree(*dev->second);
+  dirty_nodes_.insert(set->node);
+  for (const Key& key : set->devices) {
+    if (Device* device = state_.FindDevice(key); device != nullptr) {
+      RefreshFree(*device);
     }
   }
 }
@@ -224,19 +143,19 @@ void Analyzer::RecountCounters(const std::string& set_key) {
 void Analyzer::MarkDeviceDirty(const Device& device) { dirty_nodes_.insert(device.node); }
 
 void Analyzer::AllocationChanged(const Key& device_key) {
-  auto it = devices_.find(device_key);
-  if (it == devices_.end()) {
+  Device* device = state_.FindDevice(device_key);
+  if (device == nullptr) {
     return;
   }
-  MarkDeviceDirty(*it->second);
-  for (const auto& [set_key, counters] : it->second->consumes) {
+  MarkDeviceDirty(*device);
+  for (const auto& [set_key, counters] : device->consumes) {
     RecountCounters(set_key);
   }
-  RefreshFree(*it->second);
+  RefreshFree(*device);
 }
 
 void Analyzer::MarkAllNodesDirty() {
-  for (const auto& [node, keys] : node_devices_) {
+  for (const auto& [node, devices] : state_.devices_by_node()) {
     dirty_nodes_.insert(node);
   }
   for (const auto& [node, agg] : node_aggregates_) {
@@ -256,7 +175,7 @@ void Analyzer::Tick() {
     Accrue(*series, now);
   }
   for (const Key& key : pending_) {
-    Claim& claim = *claims_by_key_.at(key);
+    Claim& claim = *state_.FindClaim(key);
     if (claim.age) {
       pending_ages_->SetValue(claim.key, std::max(0.0, absl::ToDoubleSeconds(now - claim.created)));
     }
@@ -265,17 +184,17 @@ void Analyzer::Tick() {
 
 std::optional<PendingReason> Analyzer::PendingReasonOf(const std::string& key) {
   absl::MutexLock lock(&mu_);
-  auto it = claims_by_key_.find(key);
-  return it == claims_by_key_.end() ? std::nullopt : it->second->reason;
+  const Claim* claim = state_.FindClaim(key);
+  return claim == nullptr ? std::nullopt : claim->reason;
 }
 
 std::optional<ClaimState> Analyzer::StateOf(const std::string& key) {
   absl::MutexLock lock(&mu_);
-  auto it = claims_by_key_.find(key);
-  if (it == claims_by_key_.end()) {
+  const Claim* claim = state_.FindClaim(key);
+  if (claim == nullptr) {
     return std::nullopt;
   }
-  return it->second->state;
+  return claim->state;
 }
 
 }  // namespace dralens::exporter::cluster

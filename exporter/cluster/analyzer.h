@@ -28,8 +28,9 @@
 //    fraction of its GPU it takes (memory slices, or the consumed share of a capacity); each
 //    part is unavailable, allocated or free, and stranded under at most one kind and class.
 //
-// Thread-safe (one mutex): informer threads call the event methods concurrently. The state it
-// keeps, and the files that implement it by concern, are in analyzer_state.h.
+// Thread-safe (one mutex): informer threads call the event methods concurrently. The objects
+// and their indexes live in a ClusterState (cluster_state.h); what the analyzer derives from
+// them, and the files that implement it by concern, are in analyzer_state.h.
 #pragma once
 
 #include <array>
@@ -47,6 +48,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "exporter/cluster/cluster_state.h"
 #include "exporter/cluster/compact_spec.h"
 #include "exporter/cluster/explain.h"
 #include "exporter/cluster/findings.h"
@@ -68,12 +70,6 @@
 #include "src/telemetry/tracing/tracer.h"
 
 namespace dralens::exporter::cluster {
-
-// What the analyzer needs of a Node: whether its driver can serve (Ready, not gone).
-struct NodeInfo {
-  std::string name;
-  bool ready = true;  // false when the Ready condition is False or Unknown
-};
 
 struct AnalyzerOptions {
   PriceTable prices;
@@ -152,16 +148,13 @@ class Analyzer {
   std::shared_ptr<const telemetry::TextFamilies> TextSeries() const { return text_series_; }
 
  private:
-  struct Device;
-  struct CounterSet;
-  struct Claim;
-  struct Request;
   struct Series;
   struct NodeAggregate;
   struct PendingShape;
   struct GpuTally;
   struct LeafCounts;
   using Key = std::string;
+  using DeviceMap = ClusterState::DeviceMap;
 
   // Selector evaluation, cached per (selector, device).
   int SelectorId(const std::string& expression) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -179,30 +172,21 @@ class Analyzer {
   // on to `touched`.
   void RemoveSliceLocked(const std::string& name, std::set<std::string>& touched,
                          const std::set<std::string>& keep = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes a device out of every index (counts, classes, node, counter sets) and the cache.
-  using DeviceMap = absl::flat_hash_map<absl::string_view, std::unique_ptr<Device>>;
-  void RemoveDevice(DeviceMap::iterator it, std::set<std::string>& touched)
+  // Takes a device out of the derived indexes and counts, then out of the store.
+  void RemoveDevice(Device& device, std::set<std::string>& touched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnterPending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LeavePending(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
                            std::map<Key, std::map<std::string, double>> consumed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetReservations(Claim& claim, std::vector<Key> pods) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkAllNodesDirty() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A class was added, changed or deleted: every device is classified again and every count
   // and node derived again.
   void ClassesChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Device and counter state.
-  bool DeviceAllocated(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool DeviceBlocked(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What counter `name` of counter set `set_key` has left after the allocations (capacity 0 for
-  // a counter the set lacks); nullopt for a set not published.
-  std::optional<double> CounterLeft(const std::string& set_key, const std::string& name) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool DeviceFree(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool NodeDown(const std::string& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device and counter state (what follows from the objects alone is the store's).
+  // Recounts a counter set's use, then marks its node dirty and refreshes its consumers.
   void RecountCounters(const std::string& set_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AllocationChanged(const Key& device_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkDeviceDirty(const Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -235,9 +219,6 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Claims.
-  // `request`, or the equal request another claim already holds.
-  std::shared_ptr<Request> SharedRequest(std::shared_ptr<Request> request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ClaimState StateOfClaim(const Claim& claim) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshClaimState(Claim& claim) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecordTransition(Claim& claim, Transition to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -276,9 +257,6 @@ class Analyzer {
   // LeafFunnel, through `cache` (by the leaf's signature) when given.
   RequestFunnel CachedLeafFunnel(const std::shared_ptr<Request>& leaf, FunnelCache* cache,
                                  size_t scan_limit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The holders of a device and the share of it each holds (summing to at most 1).
-  std::vector<std::pair<const Claim*, double>> HolderShares(const Device& device) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The longest-pending claim a request of which fits one of `free`, or null.
   const Claim* OldestPendingFor(const std::vector<Device*>& free)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -321,17 +299,8 @@ class Analyzer {
   std::vector<std::string> expressions_ ABSL_GUARDED_BY(mu_);  // by selector id
 
   std::map<std::string, std::vector<int>> classes_ ABSL_GUARDED_BY(mu_);  // name -> selectors
-  // By key: a view of the device's own `key`, so the key is kept once.
-  DeviceMap devices_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string, std::unique_ptr<CounterSet>> counter_sets_ ABSL_GUARDED_BY(mu_);
-  // counter set key -> the devices that consume it, whether or not the set is published (yet):
-  // a set that comes later finds its consumers here instead of scanning every device.
-  std::unordered_map<std::string, std::set<Key>> consumers_ ABSL_GUARDED_BY(mu_);
-  // slice name -> device keys and counter set keys it published
-  std::unordered_map<std::string, std::pair<std::vector<Key>, std::vector<std::string>>> slices_
-      ABSL_GUARDED_BY(mu_);
-  // node -> its devices (owned by devices_), in no particular order.
-  std::unordered_map<std::string, std::vector<Device*>> node_devices_ ABSL_GUARDED_BY(mu_);
+  // The objects and their indexes.
+  ClusterState state_ ABSL_GUARDED_BY(mu_);
   // class -> devices that match it for sure / whose verdict is unknown, in key order; a device
   // leaves them before it is destroyed (UnclassifyDevice).
   struct ByKey {
@@ -340,35 +309,16 @@ class Analyzer {
   using DeviceSet = absl::btree_set<Device*, ByKey>;
   std::map<std::string, DeviceSet> class_devices_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, DeviceSet> class_unknown_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string, NodeInfo> nodes_ ABSL_GUARDED_BY(mu_);
-  bool nodes_synced_ ABSL_GUARDED_BY(mu_) = false;
   // False while derive_after_sync holds back derivation until SetSynced().
   bool deriving_ ABSL_GUARDED_BY(mu_) = true;
 
-  // By key: a view of the claim's own `key`, so the key is kept once.
-  absl::flat_hash_map<absl::string_view, std::unique_ptr<Claim>> claims_by_key_
-      ABSL_GUARDED_BY(mu_);
   struct ByClaimKey {  // claims in key order
     bool operator()(const Claim* a, const Claim* b) const;
   };
-  // The requests claims hold, by signature and names: equal requests are shared.
-  std::unordered_map<std::string, std::weak_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
-  size_t live_request_keys_ ABSL_GUARDED_BY(mu_) = 0;
-  // device key -> the claims that hold it, in claim key order, with the capacity each consumes
-  // (name -> value). A claim leaves before it is destroyed (DeleteClaimLocked).
-  using Holders = std::vector<std::pair<Claim*, std::map<std::string, double>>>;
-  absl::flat_hash_map<Key, Holders> allocations_ ABSL_GUARDED_BY(mu_);
-  // "ns/name" -> the pod, for pods in the cache or reserved by a claim (one record for both:
-  // a claim may name a pod before its informer delivers it).
-  struct Pod {
-    bool exists = false;         // in the Pod cache
-    bool running = false;        // phase Running
-    std::vector<Claim*> claims;  // the claims that reserve it (they leave before they go)
-  };
-  absl::flat_hash_map<Key, Pod> pods_ ABSL_GUARDED_BY(mu_);
-  bool PodRunning(const Key& pod) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The pod's claims' states may have moved: refreshes them; drops a record left empty.
-  void PodChanged(absl::flat_hash_map<Key, Pod>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A pod's record changed (ClusterState::SetPod): refreshes the states of the claims that
+  // reserve it.
+  void PodChanged(const std::optional<ClusterState::ClaimList>& claims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::set<Key> pending_ ABSL_GUARDED_BY(mu_);
   // Request shapes of the pending claims, with the pending claims that hold each, oldest first.
   std::map<std::string, std::unique_ptr<PendingShape>> pending_requests_ ABSL_GUARDED_BY(mu_);

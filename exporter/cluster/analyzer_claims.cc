@@ -33,36 +33,16 @@ std::string SignatureOf(absl::string_view device_class, const std::vector<model:
 
 }  // namespace
 
-std::shared_ptr<Analyzer::Request> Analyzer::SharedRequest(std::shared_ptr<Request> request) {
-  // Requests are immutable once built: claims asking the same thing share one. The key is the
-  // signature plus the names (the request's and its alternatives'), which explain shows.
-  std::string key = absl::StrCat(request->name, "\x1d", request->signature);
-  for (const std::shared_ptr<Request>& alternative : request->alternatives) {
-    absl::StrAppend(&key, "\x1e", alternative->name);
-  }
-  std::weak_ptr<Request>& slot = requests_[key];
-  if (std::shared_ptr<Request> shared = slot.lock()) {
-    return shared;
-  }
-  slot = request;
-  if (requests_.size() > 2 * live_request_keys_ + 64) {
-    // Forget the keys whose requests every claim let go of.
-    std::erase_if(requests_, [](const auto& entry) { return entry.second.expired(); });
-    live_request_keys_ = requests_.size();
-  }
-  return request;
-}
-
 void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
   absl::MutexLock lock(&mu_);
   const Key key = absl::StrCat(obj.metadata.namespace_name, "/", obj.metadata.name);
-  auto it = claims_by_key_.find(key);
-  if (it != claims_by_key_.end() && it->second->uid != obj.metadata.uid) {
+  Claim* found = state_.FindClaim(key);
+  if (found != nullptr && found->uid != obj.metadata.uid) {
     // Same name, new object: the old one is gone.
     DeleteClaimLocked(key);
-    it = claims_by_key_.find(key);
+    found = nullptr;
   }
-  if (it == claims_by_key_.end()) {
+  if (found == nullptr) {
     auto c = std::make_unique<Claim>();
     c->key = key;
     c->ns_id = labels_.Id(obj.metadata.namespace_name);
@@ -91,8 +71,9 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
     for (const model::DeviceRequest& req : obj.spec.devices.requests) {
       if (req.exactly.has_value()) {
         const model::ExactDeviceRequest& e = *req.exactly;
-        c->requests.push_back(SharedRequest(build(req.name, e.device_class_name, e.selectors,
-                                                  e.tolerations, e.allocation_mode, e.count)));
+        c->requests.push_back(
+            state_.SharedRequest(build(req.name, e.device_class_name, e.selectors, e.tolerations,
+                                       e.allocation_mode, e.count)));
       } else {
         auto r = std::make_shared<Request>();
         r->name = req.name;
@@ -104,7 +85,7 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
         }
         r->device_class =
             r->alternatives.empty() ? std::string() : r->alternatives.front()->device_class;
-        c->requests.push_back(SharedRequest(std::move(r)));
+        c->requests.push_back(state_.SharedRequest(std::move(r)));
       }
     }
     c->class_id =
@@ -112,11 +93,10 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
     c->class_name = &labels_.Value(c->class_id);
     c->span =
         lifecycle_.Begin(c->ns(), std::string(c->name), c->uid, c->device_class(), c->created);
-    const absl::string_view view = c->key;  // the map's key lives in the claim it holds
-    it = claims_by_key_.emplace(view, std::move(c)).first;
-    RecordTransition(*it->second, Transition::kCreated);
+    found = &state_.AddClaim(std::move(c));
+    RecordTransition(*found, Transition::kCreated);
   }
-  Claim& claim = *it->second;
+  Claim& claim = *found;
 
   // The class of each request (and sub-request) by the name allocation results use.
   std::map<std::string, std::string> class_of;
@@ -165,53 +145,18 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
       pods.push_back(absl::StrCat(claim.ns(), "/", ref.name));
     }
   }
-  SetReservations(claim, std::move(pods));
+  state_.SetReservations(claim, std::move(pods));
   RefreshClaimState(claim);
   Flush();
 }
 
 void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
                                    std::map<Key, std::map<std::string, double>> consumed) {
-  if (devices == claim.devices) {
-    bool same = true;
-    for (const auto& [device, capacity] : consumed) {
-      auto a = allocations_.find(device);
-      if (a == allocations_.end()) {
-        same = false;
-        break;
-      }
-      auto held = std::find_if(a->second.begin(), a->second.end(),
-                               [&](const auto& holder) { return holder.first == &claim; });
-      same = same && held != a->second.end() && held->second == capacity;
-    }
-    if (same) {
-      return;
-    }
+  const std::set<Key> touched =
+      state_.SetAllocations(claim, std::move(devices), std::move(consumed));
+  if (touched.empty()) {
+    return;
   }
-  std::set<Key> touched;
-  for (const auto& [device, cls] : claim.devices) {
-    auto a = allocations_.find(device);
-    if (a != allocations_.end()) {
-      std::erase_if(a->second, [&](const auto& holder) { return holder.first == &claim; });
-      if (a->second.empty()) {
-        allocations_.erase(a);
-      }
-    }
-    touched.insert(device);
-  }
-  for (const auto& [device, capacity] : consumed) {
-    Holders& holders = allocations_[device];
-    auto at = std::lower_bound(
-        holders.begin(), holders.end(), claim.key,
-        [](const auto& holder, const Key& key) { return holder.first->key < key; });
-    if (at != holders.end() && at->first == &claim) {
-      at->second = capacity;
-    } else {
-      holders.insert(at, {&claim, capacity});
-    }
-    touched.insert(device);
-  }
-  claim.devices = std::move(devices);
   for (const Key& device : touched) {
     AllocationChanged(device);
   }
@@ -222,31 +167,9 @@ bool Analyzer::ByClaimKey::operator()(const Claim* a, const Claim* b) const {
   return a->key < b->key;
 }
 
-void Analyzer::SetReservations(Claim& claim, std::vector<Key> pods) {
-  if (pods == claim.reserved_pods) {
-    return;
-  }
-  for (const Key& pod : claim.reserved_pods) {
-    auto it = pods_.find(pod);
-    if (it != pods_.end()) {
-      std::erase(it->second.claims, &claim);
-      if (it->second.claims.empty() && !it->second.exists) {
-        pods_.erase(it);
-      }
-    }
-  }
-  for (const Key& pod : pods) {
-    std::vector<Claim*>& claims = pods_[pod].claims;
-    if (std::find(claims.begin(), claims.end(), &claim) == claims.end()) {
-      claims.push_back(&claim);
-    }
-  }
-  claim.reserved_pods = std::move(pods);
-}
-
 ClaimState Analyzer::StateOfClaim(const Claim& claim) const {
   const bool running = std::any_of(claim.reserved_pods.begin(), claim.reserved_pods.end(),
-                                   [this](const Key& pod) { return PodRunning(pod); });
+                                   [this](const Key& pod) { return state_.PodRunning(pod); });
   return ClaimStateOf(claim.allocated, !claim.reserved_pods.empty(), running);
 }
 
@@ -315,8 +238,8 @@ void Analyzer::RefreshClaimState(Claim& claim) {
   }
   // allocated_not_running follows the state of the claims holding a device.
   for (const auto& [device, cls] : claim.devices) {
-    if (auto d = devices_.find(device); d != devices_.end()) {
-      MarkDeviceDirty(*d->second);
+    if (const Device* d = state_.FindDevice(device); d != nullptr) {
+      MarkDeviceDirty(*d);
     }
   }
 }
@@ -464,7 +387,7 @@ PendingReason Analyzer::ScanReason(const Request& request) {
       continue;
     }
     ++counts.untainted;
-    if (!DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node)) {
+    if (!state_.DeviceAllocated(d) && !state_.DeviceBlocked(d) && !state_.NodeDown(d.node)) {
       ++counts.free;
     }
   }

@@ -70,9 +70,9 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
       Device& d = *device;
       f.class_devices += sure;
       const fit::Match m = LeafMatch(*leaf, d);
-      const bool allocated = DeviceAllocated(d);
-      const bool blocked = !allocated && DeviceBlocked(d);
-      const bool down = NodeDown(d.node);
+      const bool allocated = state_.DeviceAllocated(d);
+      const bool blocked = !allocated && state_.DeviceBlocked(d);
+      const bool down = state_.NodeDown(d.node);
       const bool free = !allocated && !blocked && !down;
       f.unknown += m == fit::Match::kUnknown;
       f.matching += m == fit::Match::kTainted || m == fit::Match::kMatch;
@@ -82,8 +82,8 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
           ++f.free;
         } else if (allocated) {
           ++f.allocated;
-          if (auto a = allocations_.find(d.key); a != allocations_.end()) {
-            for (const auto& [claim, consumed] : a->second) {
+          if (const ClusterState::Holders* h = state_.HoldersOf(d.key); h != nullptr) {
+            for (const auto& [claim, consumed] : *h) {
               holders.insert(claim);
             }
           }
@@ -191,11 +191,11 @@ RequestFunnel Analyzer::CachedLeafFunnel(const std::shared_ptr<Request>& leaf, F
 std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const std::string& name,
                                                   FunnelCache* funnels, size_t scan_limit) {
   absl::MutexLock lock(&mu_);
-  auto it = claims_by_key_.find(absl::StrCat(ns, "/", name));
-  if (it == claims_by_key_.end()) {
+  const Claim* found = state_.FindClaim(absl::StrCat(ns, "/", name));
+  if (found == nullptr) {
     return std::nullopt;
   }
-  const Claim& c = *it->second;
+  const Claim& c = *found;
   ClaimExplanation e;
   e.ns = c.ns();
   e.name = std::string(c.name);
@@ -233,8 +233,8 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
     p.pool = parts[1];
     p.device = parts[2];
     p.device_class = cls;
-    if (auto d = devices_.find(key); d != devices_.end()) {
-      const Device& dev = *d->second;
+    if (const Device* d = state_.FindDevice(key); d != nullptr) {
+      const Device& dev = *d;
       p.node = dev.node;
       p.product = dev.product();
       p.pcie_root = dev.spec.StringAttribute("pcieRoot");
@@ -250,7 +250,7 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
   e.topology_sensitive = topology_sensitive_.count(c.device_class()) > 0;
   e.reserved_for = c.reserved_pods;
   for (const Key& pod : c.reserved_pods) {
-    if (PodRunning(pod)) {
+    if (state_.PodRunning(pod)) {
       e.running_pods.push_back(pod);
     }
   }
@@ -264,8 +264,8 @@ std::pair<double, double> Analyzer::CurrentSpend(const Claim& claim, absl::Time 
   *gpus = 0;
   std::set<std::string> nodes;
   for (const auto& [key, cls] : claim.devices) {
-    if (auto d = devices_.find(key); d != devices_.end()) {
-      nodes.insert(d->second->node);
+    if (const Device* d = state_.FindDevice(key); d != nullptr) {
+      nodes.insert(d->node);
     }
   }
   std::map<std::pair<std::string, std::string>, double> held;  // (class, product) -> GPUs
@@ -290,11 +290,11 @@ std::vector<Analyzer::PendingClaim> Analyzer::PendingClaims() {
   std::vector<PendingClaim> out;
   out.reserve(pending_.size());
   for (const Key& key : pending_) {
-    auto it = claims_by_key_.find(key);
-    if (it == claims_by_key_.end() || !it->second->reason.has_value()) {
+    const Claim* found = state_.FindClaim(key);
+    if (found == nullptr || !found->reason.has_value()) {
       continue;
     }
-    const Claim& c = *it->second;
+    const Claim& c = *found;
     out.push_back({c.ns(), std::string(c.name), c.uid, *c.reason, c.created});
   }
   return out;

@@ -21,7 +21,7 @@ int64_t Analyzer::ShortTogether(const std::string& ns, const std::vector<std::st
     return fit::FitCounters(
                d.consumes,
                [&](const std::string& set_key, const std::string& name) -> std::optional<double> {
-                 std::optional<double> left = CounterLeft(set_key, name);
+                 std::optional<double> left = state_.CounterLeft(set_key, name);
                  if (!left.has_value()) {
                    return std::nullopt;
                  }
@@ -48,8 +48,8 @@ int64_t Analyzer::ShortTogether(const std::string& ns, const std::vector<std::st
       if (!leaf.all && static_cast<int64_t>(picks.size()) >= leaf.count) {
         continue;
       }
-      if (taken.count(d.key) > 0 || DeviceAllocated(d) || DeviceBlocked(d) || NodeDown(d.node) ||
-          !fits_counters(d)) {
+      if (taken.count(d.key) > 0 || state_.DeviceAllocated(d) || state_.DeviceBlocked(d) ||
+          state_.NodeDown(d.node) || !fits_counters(d)) {
         continue;
       }
       picks.push_back(&d);
@@ -76,11 +76,11 @@ int64_t Analyzer::ShortTogether(const std::string& ns, const std::vector<std::st
   };
   int64_t short_devices = 0;
   for (const std::string& name : claims) {
-    auto it = claims_by_key_.find(absl::StrCat(ns, "/", name));
-    if (it == claims_by_key_.end() || it->second->allocated) {
+    const Claim* claim = state_.FindClaim(absl::StrCat(ns, "/", name));
+    if (claim == nullptr || claim->allocated) {
       continue;
     }
-    for (const std::shared_ptr<Request>& r : it->second->requests) {
+    for (const std::shared_ptr<Request>& r : claim->requests) {
       if (r->alternatives.empty()) {
         short_devices += place(*r, true);
         continue;

@@ -28,7 +28,7 @@ void Analyzer::Flush() {
       leaf->last = ReasonOfLeaf(*leaf);
     }
     for (const Key& key : pending_) {
-      UpdatePendingSeries(*claims_by_key_.at(key));
+      UpdatePendingSeries(*state_.FindClaim(key));
     }
   } else if (!dirty_leaves_.empty()) {
     std::set<std::string> dirty;
@@ -54,7 +54,7 @@ void Analyzer::Flush() {
       }
     }
     for (const Key& key : claims) {
-      UpdatePendingSeries(*claims_by_key_.at(key));
+      UpdatePendingSeries(*state_.FindClaim(key));
     }
   }
   if (pending_shape_changed_) {
@@ -81,55 +81,7 @@ void Analyzer::Accrue(Series& series, absl::Time now) {
   }
 }
 
-std::vector<std::pair<const Analyzer::Claim*, double>> Analyzer::HolderShares(
-    const Device& device) const {
-  std::vector<std::pair<const Claim*, double>> shares;
-  auto a = allocations_.find(device.key);
-  if (a == allocations_.end() || a->second.empty()) {
-    return shares;
-  }
-  if (!device.spec.allow_multiple_allocations) {
-    // Whole-device allocations: several holders (admin access) split it evenly.
-    for (const auto& [claim, consumed] : a->second) {
-      shares.emplace_back(claim, 0);
-    }
-    for (auto& [claim, share] : shares) {
-      share = 1.0 / static_cast<double>(shares.size());
-    }
-    return shares;
-  }
-  // Shares of a device with allowMultipleAllocations: each holder's part of the capacity that
-  // is most consumed (the one that fills the device first).
-  std::map<std::string, double> total;
-  for (const auto& [claim, consumed] : a->second) {
-    for (const auto& [name, value] : consumed) {
-      total[name] += value;
-    }
-  }
-  std::string binding;
-  double most = -1;
-  for (const auto& [name, value] : total) {
-    auto cap = device.capacity.find(name);
-    if (cap != device.capacity.end() && cap->second > kEpsilon && value / cap->second > most) {
-      most = value / cap->second;
-      binding = name;
-    }
-  }
-  if (binding.empty()) {
-    return shares;  // nothing consumed that the device measures: no part of it is held
-  }
-  const double capacity = device.capacity.at(binding);
-  const double scale = most > 1 ? 1 / most : 1;  // over-committed: the device is full
-  for (const auto& [claim, consumed] : a->second) {
-    auto v = consumed.find(binding);
-    if (v != consumed.end() && v->second > 0) {
-      shares.emplace_back(claim, v->second / capacity * scale);
-    }
-  }
-  return shares;
-}
-
-const Analyzer::Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& free) {
+const Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& free) {
   const std::pair<absl::Time, Key>* oldest = nullptr;
   for (const auto& [signature, shape] : pending_requests_) {
     const std::pair<absl::Time, Key>& first = *shape->claims.begin();
@@ -146,8 +98,7 @@ const Analyzer::Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& fr
   if (oldest == nullptr) {
     return nullptr;
   }
-  auto c = claims_by_key_.find(oldest->second);
-  return c == claims_by_key_.end() ? nullptr : c->second.get();
+  return state_.FindClaim(oldest->second);
 }
 
 absl::string_view ToString(Usage usage) {
@@ -158,14 +109,14 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     const std::string& node, const Claim* of_claim,
     std::map<std::pair<std::string, std::string>, double>* parts) {
   GpuTally tally;
-  auto devs = node_devices_.find(node);
-  if (devs == node_devices_.end()) {
+  const std::vector<Device*>& on_node = state_.DevicesOn(node);
+  if (on_node.empty()) {
     return tally;
   }
-  const bool down = NodeDown(node);
+  const bool down = state_.NodeDown(node);
   // Devices by physical GPU, each GPU's in key order, so that the result does not depend on
   // hashing.
-  std::vector<Device*> sorted = devs->second;
+  std::vector<Device*> sorted = on_node;
   std::sort(sorted.begin(), sorted.end(), [](const Device* a, const Device* b) {
     return a->gpu != b->gpu ? a->gpu < b->gpu : a->key < b->key;
   });
@@ -180,9 +131,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     const Device& first = *devices.front();
     const CounterSet* set = nullptr;
     if (!first.consumes.empty()) {
-      if (auto it = counter_sets_.find(first.consumes.front().first); it != counter_sets_.end()) {
-        set = it->second.get();
-      }
+      set = state_.FindCounterSet(first.consumes.front().first);
     }
     double weights = 0;
     for (const Device* d : devices) {
@@ -211,7 +160,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       double taken = 0;
       bool usable = false;  // some device that nobody holds can still be allocated
       for (const Device* d : devices) {
-        std::vector<std::pair<const Claim*, double>> holders = HolderShares(*d);
+        std::vector<std::pair<const Claim*, double>> holders = state_.HolderShares(*d);
         if (holders.empty()) {
           usable = usable || !d->tainted;
           continue;
@@ -238,7 +187,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       for (const Device* d : devices) {
         const double part = weights > 0 ? d->weight / weights : 0;
         double taken = 0;
-        for (const auto& [claim, share] : HolderShares(*d)) {
+        for (const auto& [claim, share] : state_.HolderShares(*d)) {
           held.push_back({claim, class_of(*claim, d->key), part * share, down || d->tainted});
           taken += part * share;
         }
@@ -294,7 +243,7 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       bool mig = false;
       for (Device* d : devices) {
         mig = mig || d->type() == "mig";
-        if (!d->tainted && DeviceFree(*d)) {
+        if (!d->tainted && state_.DeviceFree(*d)) {
           free.push_back(d);
         }
       }
@@ -315,13 +264,13 @@ void Analyzer::RecomputeNode(const std::string& node) {
   }
   NodeAggregate& agg = *slot;
   LabelTable<std::array<int, kPoolStates>> pool;
-  auto devs = node_devices_.find(node);
-  if (devs != node_devices_.end()) {
+  const std::vector<Device*>& on_node = state_.DevicesOn(node);
+  {
     const uint32_t no_class = labels_.Id("");
-    for (const Device* device : devs->second) {
+    for (const Device* device : on_node) {
       const Device& d = *device;
-      const bool allocated = DeviceAllocated(d);
-      const bool blocked = DeviceBlocked(d);
+      const bool allocated = state_.DeviceAllocated(d);
+      const bool blocked = state_.DeviceBlocked(d);
       PoolState state = d.tainted                ? PoolState::kTainted
                         : (allocated || blocked) ? PoolState::kAllocated
                                                  : PoolState::kFree;
@@ -340,7 +289,7 @@ void Analyzer::RecomputeNode(const std::string& node) {
   agg.pool = std::move(pool);
   // The node's series that went to zero stay at zero while it publishes devices (a state with
   // no GPU reads 0, not a gap), and go with its last device.
-  const bool has_devices = devs != node_devices_.end() && !devs->second.empty();
+  const bool has_devices = !on_node.empty();
 
   GpuTally tally = TallyGpus(node);
   agg.gpu_gauges.EraseIf([&](const LabelKey& labels, prometheus::Gauge* gauge) {
@@ -506,27 +455,23 @@ void Analyzer::RecomputePlaceable(const std::string& node) {
   // The node's counter sets, found through its devices: O(devices of the node), not O(sets of
   // the fleet).
   std::set<std::string> set_keys;
-  if (auto devs = node_devices_.find(node); devs != node_devices_.end()) {
-    for (const Device* d : devs->second) {
-      for (const auto& [set_key, counters] : d->consumes) {
-        set_keys.insert(set_key);
-      }
+  for (const Device* d : state_.DevicesOn(node)) {
+    for (const auto& [set_key, counters] : d->consumes) {
+      set_keys.insert(set_key);
     }
   }
   for (const std::string& set_key : set_keys) {
-    auto found = counter_sets_.find(set_key);
-    if (found == counter_sets_.end() || found->second->node != node) {
+    const CounterSet* set = state_.FindCounterSet(set_key);
+    if (set == nullptr || set->node != node) {
       continue;
     }
-    const CounterSet* set = found->second.get();
     std::map<std::string, std::vector<Device*>> by_profile;
     for (const Key& key : set->devices) {
-      Device& d = *devices_.at(key);
+      Device& d = *state_.FindDevice(key);
       std::string profile =
           !d.profile().empty() ? d.profile() : (!d.type().empty() ? d.type() : "device");
       auto& list = by_profile[profile];
-      auto a = allocations_.find(key);
-      if (!d.tainted && (a == allocations_.end() || a->second.empty())) {
+      if (!d.tainted && state_.HoldersOf(key) == nullptr) {
         list.push_back(&d);
       }
     }

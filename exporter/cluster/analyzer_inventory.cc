@@ -16,55 +16,37 @@ namespace dralens::exporter::cluster {
 
 void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>& touched,
                                  const std::set<Key>& keep) {
-  auto it = slices_.find(name);
-  if (it == slices_.end()) {
+  const ClusterState::Slice* slice = state_.FindSlice(name);
+  if (slice == nullptr) {
     return;
   }
-  for (const Key& key : it->second.first) {
-    auto dev = devices_.find(key);
-    if (dev == devices_.end() || dev->second->slice != name) {
+  for (const Key& key : slice->devices) {
+    Device* device = state_.FindDevice(key);
+    if (device == nullptr || device->slice != name) {
       continue;  // republished by another slice of the pool meanwhile
     }
     if (keep.contains(key)) {
       continue;
     }
-    RemoveDevice(dev, touched);
+    RemoveDevice(*device, touched);
   }
-  for (const std::string& set_key : it->second.second) {
-    auto set = counter_sets_.find(set_key);
-    if (set != counter_sets_.end() && set->second->slice == name) {
-      dirty_nodes_.insert(set->second->node);
-      touched.insert(set->second->node);
-      counter_sets_.erase(set);
+  for (const Key& set_key : slice->counter_sets) {
+    const CounterSet* set = state_.FindCounterSet(set_key);
+    if (set != nullptr && set->slice == name) {
+      dirty_nodes_.insert(set->node);
+      touched.insert(set->node);
+      state_.RemoveCounterSet(set_key);
     }
   }
-  slices_.erase(it);
+  state_.EraseSlice(name);
 }
 
-void Analyzer::RemoveDevice(DeviceMap::iterator it, std::set<std::string>& touched) {
-  Device& d = *it->second;
-  CountDevice(d, -1);
-  UnclassifyDevice(d);
-  if (auto devs = node_devices_.find(d.node); devs != node_devices_.end()) {
-    std::erase(devs->second, &d);
-    if (devs->second.empty()) {
-      node_devices_.erase(devs);
-    }
-  }
-  dirty_nodes_.insert(d.node);
-  touched.insert(d.node);
-  for (const auto& [set_key, counters] : d.consumes) {
-    if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
-      set->second->devices.erase(d.key);
-    }
-    if (auto c = consumers_.find(set_key); c != consumers_.end()) {
-      c->second.erase(d.key);
-      if (c->second.empty()) {
-        consumers_.erase(c);
-      }
-    }
-  }
-  devices_.erase(it);
+void Analyzer::RemoveDevice(Device& device, std::set<std::string>& touched) {
+  CountDevice(device, -1);
+  UnclassifyDevice(device);
+  dirty_nodes_.insert(device.node);
+  touched.insert(device.node);
+  state_.RemoveDevice(device.key);
 }
 
 void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
@@ -82,26 +64,25 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
   }
   std::set<Key> unchanged;
   std::unordered_map<Key, std::vector<std::pair<int, cel::Verdict>>> kept;
-  if (auto old = slices_.find(name); old != slices_.end()) {
-    for (const Key& key : old->second.first) {
-      auto dev = devices_.find(key);
+  if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
+    for (const Key& key : old->devices) {
+      Device* device = state_.FindDevice(key);
       auto now = incoming.find(key);
-      if (dev == devices_.end() || dev->second->slice != name || now == incoming.end()) {
+      if (device == nullptr || device->slice != name || now == incoming.end()) {
         continue;
       }
-      const Device& d = *dev->second;
       const model::SliceDevice& sd = *now->second;
-      if (d.spec.Same(sd) && d.node == sd.node_name.value_or(slice_node)) {
+      if (device->spec.Same(sd) && device->node == sd.node_name.value_or(slice_node)) {
         unchanged.insert(key);
-      } else if (d.spec.SameSelectorInput(sd)) {
-        kept[key] = std::move(dev->second->verdicts);
+      } else if (device->spec.SameSelectorInput(sd)) {
+        kept[key] = std::move(device->verdicts);
       }
     }
   }
   std::set<std::string> touched;
   RemoveSliceLocked(name, touched, unchanged);
-  std::vector<Key> keys;     // every device of the slice, in its order
-  std::vector<Key> changed;  // the ones that (re)entered the indexes now
+  std::vector<Key> keys;         // every device of the slice, in its order
+  std::vector<Device*> changed;  // the ones that (re)entered the indexes now
   std::vector<std::string> set_keys;
   for (const model::CounterSet& cs : spec.shared_counters) {
     auto set = std::make_unique<CounterSet>();
@@ -113,7 +94,7 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       set->capacity[counter] = value.value.AsApproximateDouble();
     }
     set_keys.push_back(set->key);
-    counter_sets_[set->key] = std::move(set);
+    state_.AddCounterSet(std::move(set));
   }
   for (const model::SliceDevice& sd : spec.devices) {
     Key key = DeviceKey(spec.driver, spec.pool.name, sd.name);
@@ -163,44 +144,31 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     if (auto k = kept.find(d->key); k != kept.end()) {
       d->verdicts = std::move(k->second);
     }
-    if (auto existing = devices_.find(d->key); existing != devices_.end()) {
+    if (Device* existing = state_.FindDevice(d->key); existing != nullptr) {
       // The device moved here from another slice of the pool (or another publisher took its
       // name): the old one leaves every index it was in, as RemoveSliceLocked would take it out.
-      RemoveDevice(existing, touched);
+      RemoveDevice(*existing, touched);
     }
     const cel::DeviceView published{d->driver(), &sd.attributes, &sd.capacity};
     ClassifyDevice(*d, &published);
-    node_devices_[d->node].push_back(d.get());
     dirty_nodes_.insert(d->node);
-    for (const auto& [set_key, counters] : d->consumes) {
-      consumers_[set_key].insert(d->key);
-      // Its counter set may come from another slice of the pool.
-      if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
-        set->second->devices.insert(d->key);
-      }
-    }
-    keys.push_back(d->key);
-    changed.push_back(d->key);
-    const absl::string_view view = d->key;  // the map's key lives in the device it holds
-    devices_.emplace(view, std::move(d));
+    Device& added = state_.AddDevice(std::move(d));
+    keys.push_back(added.key);
+    changed.push_back(&added);
   }
   for (const std::string& set_key : set_keys) {
-    // Its consumers, whichever slice of the pool published them.
-    if (auto c = consumers_.find(set_key); c != consumers_.end()) {
-      counter_sets_[set_key]->devices = c->second;
-    }
     RecountCounters(set_key);
   }
-  for (const Key& key : changed) {
-    for (const auto& [set_key, counters] : devices_[key]->consumes) {
+  for (const Device* device : changed) {
+    for (const auto& [set_key, counters] : device->consumes) {
       RecountCounters(set_key);
     }
   }
   // Claims holding a device published now may learn where it is.
   std::set<Claim*, ByClaimKey> holders;
-  for (const Key& key : changed) {
-    if (auto a = allocations_.find(key); a != allocations_.end()) {
-      for (const auto& [claim, consumed] : a->second) {
+  for (const Device* device : changed) {
+    if (const ClusterState::Holders* h = state_.HoldersOf(device->key); h != nullptr) {
+      for (const auto& [claim, consumed] : *h) {
         holders.insert(claim);
       }
     }
@@ -209,17 +177,18 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     RefreshSpread(*claim);
   }
   touched.insert(slice_node);
-  for (const Key& key : changed) {
-    Device& d = *devices_[key];
+  for (Device* device : changed) {
+    Device& d = *device;
     touched.insert(d.node);
-    d.counted_free = !DeviceAllocated(d) && !DeviceBlocked(d) && !NodeDown(d.node);
+    d.counted_free =
+        !state_.DeviceAllocated(d) && !state_.DeviceBlocked(d) && !state_.NodeDown(d.node);
     CountDevice(d, +1);
   }
   // Devices of other slices whose counters this one publishes or frees.
   for (const std::string& node : touched) {
     RefreshNodeDevices(node);
   }
-  slices_[name] = {std::move(keys), std::move(set_keys)};
+  state_.SetSlice(name, {std::move(keys), std::move(set_keys)});
   Flush();
 }
 
@@ -258,7 +227,7 @@ void Analyzer::DeleteClass(const std::string& name) {
 }
 
 void Analyzer::ClassesChanged() {
-  for (auto& [key, device] : devices_) {
+  for (const auto& [key, device] : state_.devices()) {
     ClassifyDevice(*device);
   }
   // A class that went leaves no (empty) index behind.
@@ -275,10 +244,7 @@ void Analyzer::ClassesChanged() {
 
 void Analyzer::UpsertNode(const NodeInfo& node) {
   absl::MutexLock lock(&mu_);
-  auto it = nodes_.find(node.name);
-  bool changed = it == nodes_.end() || it->second.ready != node.ready;
-  nodes_[node.name] = node;
-  if (changed) {
+  if (state_.SetNode(node)) {
     RefreshNodeDevices(node.name);
     dirty_nodes_.insert(node.name);
     Flush();
@@ -287,7 +253,7 @@ void Analyzer::UpsertNode(const NodeInfo& node) {
 
 void Analyzer::DeleteNode(const std::string& name) {
   absl::MutexLock lock(&mu_);
-  if (nodes_.erase(name) > 0) {
+  if (state_.EraseNode(name)) {
     RefreshNodeDevices(name);
     dirty_nodes_.insert(name);
     Flush();
@@ -296,8 +262,8 @@ void Analyzer::DeleteNode(const std::string& name) {
 
 void Analyzer::SetNodesSynced() {
   absl::MutexLock lock(&mu_);
-  nodes_synced_ = true;
-  for (auto& [key, device] : devices_) {
+  state_.SetNodesSynced();
+  for (const auto& [key, device] : state_.devices()) {
     RefreshFree(*device);
   }
   MarkAllNodesDirty();
@@ -319,43 +285,23 @@ void Analyzer::SetSynced() {
 
 void Analyzer::UpsertPod(const model::Pod& pod) {
   absl::MutexLock lock(&mu_);
-  const Key key = absl::StrCat(pod.metadata.namespace_name, "/", pod.metadata.name);
-  const bool running = pod.status.phase == "Running";
-  auto [it, inserted] = pods_.try_emplace(key);
-  if (!inserted && it->second.exists && it->second.running == running) {
-    return;
-  }
-  it->second.exists = true;
-  it->second.running = running;
-  PodChanged(it);
-}
-
-bool Analyzer::PodRunning(const Key& pod) const {
-  auto it = pods_.find(pod);
-  return it != pods_.end() && it->second.running;
-}
-
-void Analyzer::PodChanged(absl::flat_hash_map<Key, Pod>::iterator it) {
-  // RefreshClaimState does not touch reservations, so the list stands while it runs.
-  for (Claim* claim : it->second.claims) {
-    RefreshClaimState(*claim);
-  }
-  if (!it->second.exists && it->second.claims.empty()) {
-    pods_.erase(it);
-  }
-  Flush();
+  PodChanged(state_.SetPod(absl::StrCat(pod.metadata.namespace_name, "/", pod.metadata.name), true,
+                           pod.status.phase == "Running"));
 }
 
 void Analyzer::DeletePod(const std::string& ns, const std::string& name) {
   absl::MutexLock lock(&mu_);
-  const Key key = absl::StrCat(ns, "/", name);
-  auto it = pods_.find(key);
-  if (it == pods_.end() || !it->second.exists) {
+  PodChanged(state_.SetPod(absl::StrCat(ns, "/", name), false, false));
+}
+
+void Analyzer::PodChanged(const std::optional<ClusterState::ClaimList>& claims) {
+  if (!claims.has_value()) {
     return;
   }
-  it->second.exists = false;
-  it->second.running = false;
-  PodChanged(it);
+  for (Claim* claim : *claims) {
+    RefreshClaimState(*claim);
+  }
+  Flush();
 }
 
 }  // namespace dralens::exporter::cluster

@@ -57,7 +57,8 @@ void Analyzer::RefreshFree(Device& device) {
   if (!device.counted) {
     return;
   }
-  const bool free = !DeviceAllocated(device) && !DeviceBlocked(device) && !NodeDown(device.node);
+  const bool free = !state_.DeviceAllocated(device) && !state_.DeviceBlocked(device) &&
+                    !state_.NodeDown(device.node);
   if (free == device.counted_free) {
     return;
   }
@@ -71,11 +72,7 @@ void Analyzer::RefreshFree(Device& device) {
 }
 
 void Analyzer::RefreshNodeDevices(const std::string& node) {
-  auto devs = node_devices_.find(node);
-  if (devs == node_devices_.end()) {
-    return;
-  }
-  for (Device* d : devs->second) {
+  for (Device* d : state_.DevicesOn(node)) {
     RefreshFree(*d);
   }
 }
@@ -116,8 +113,7 @@ PendingReason Analyzer::ReasonOfLeaf(const LeafCounts& leaf) const {
                    .free = leaf.free});
 }
 
-std::vector<std::shared_ptr<Analyzer::Request>> Analyzer::LeavesOf(
-    const std::shared_ptr<Request>& request) {
+std::vector<std::shared_ptr<Request>> Analyzer::LeavesOf(const std::shared_ptr<Request>& request) {
   if (request->alternatives.empty()) {
     return {request};
   }
@@ -184,11 +180,11 @@ void Analyzer::DeleteClaim(const model::ResourceClaim& obj) {
 }
 
 void Analyzer::DeleteClaimLocked(const Key& key) {
-  auto it = claims_by_key_.find(key);
-  if (it == claims_by_key_.end()) {
+  Claim* found = state_.FindClaim(key);
+  if (found == nullptr) {
     return;
   }
-  Claim& claim = *it->second;
+  Claim& claim = *found;
   if (claim.pending) {
     LeavePending(claim);
   }
@@ -196,7 +192,7 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
   double gpus = 0;
   const auto [seconds, cost] = CurrentSpend(claim, clock_.Now(), &gpus);
   SetClaimAllocations(claim, {}, {});
-  SetReservations(claim, {});
+  state_.SetReservations(claim, {});
   if (claim.has_state) {
     auto c = claim_counts_.find(
         LabelKey{{static_cast<uint32_t>(claim.state), claim.class_id, claim.ns_id}});
@@ -206,7 +202,7 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
   }
   RecordTransition(claim, Transition::kDeleted);
   LifecycleTracer::End(*claim.span, claim.spent_gpu_seconds + seconds, claim.spent_cost + cost);
-  claims_by_key_.erase(it);
+  state_.EraseClaim(key);
 }
 
 }  // namespace dralens::exporter::cluster

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
 
 namespace dralens::exporter::cluster {
 
@@ -11,10 +10,6 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
       0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
   return *buckets;
-}
-
-std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::string_view device) {
-  return absl::StrCat(driver, "/", pool, "/", device);
 }
 
 bool IsMemorySlice(absl::string_view name) {

@@ -19,20 +19,20 @@ void Analyzer::RefreshSpread(Claim& claim) {
     std::vector<DevicePlace> places;
     bool all_known = true;
     for (const Key& key : keys) {
-      auto d = devices_.find(key);
-      if (d == devices_.end()) {
+      const Device* d = state_.FindDevice(key);
+      if (d == nullptr) {
         all_known = false;
         places.push_back({});
         continue;
       }
       DevicePlace place;
-      place.node = d->second->node;
-      place.pcie_root = d->second->spec.StringAttribute("pcieRoot");
-      if (const std::optional<model::DeviceAttribute> numa = d->second->spec.Attribute("numaNode");
+      place.node = d->node;
+      place.pcie_root = d->spec.StringAttribute("pcieRoot");
+      if (const std::optional<model::DeviceAttribute> numa = d->spec.Attribute("numaNode");
           numa.has_value() && std::holds_alternative<int64_t>(numa->value)) {
         place.numa_node = std::get<int64_t>(numa->value);
       }
-      place.nvlink_domain = d->second->spec.StringAttribute("nvlinkDomain");
+      place.nvlink_domain = d->spec.StringAttribute("nvlinkDomain");
       places.push_back(std::move(place));
     }
     topology = ClaimTopology{.spread = ClassifySpread(places), .nvlink = ClassifyNvlink(places)};

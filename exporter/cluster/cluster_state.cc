@@ -1,0 +1,386 @@
+#include "exporter/cluster/cluster_state.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace dralens::exporter::cluster {
+
+std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::string_view device) {
+  return absl::StrCat(driver, "/", pool, "/", device);
+}
+
+// --- devices -----------------------------------------------------------------------------------
+
+Device* ClusterState::FindDevice(absl::string_view key) const {
+  auto it = devices_.find(key);
+  return it == devices_.end() ? nullptr : it->second.get();
+}
+
+Device& ClusterState::AddDevice(std::unique_ptr<Device> device) {
+  Device& d = *device;
+  node_devices_[d.node].push_back(&d);
+  for (const auto& [set_key, counters] : d.consumes) {
+    consumers_[set_key].insert(d.key);
+    // Its counter set may come from another slice of the pool.
+    if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
+      set->second->devices.insert(d.key);
+    }
+  }
+  const absl::string_view view = d.key;  // the map's key lives in the device it holds
+  devices_.emplace(view, std::move(device));
+  return d;
+}
+
+void ClusterState::RemoveDevice(absl::string_view key) {
+  auto it = devices_.find(key);
+  if (it == devices_.end()) {
+    return;
+  }
+  Device& d = *it->second;
+  if (auto devs = node_devices_.find(d.node); devs != node_devices_.end()) {
+    std::erase(devs->second, &d);
+    if (devs->second.empty()) {
+      node_devices_.erase(devs);
+    }
+  }
+  for (const auto& [set_key, counters] : d.consumes) {
+    if (auto set = counter_sets_.find(set_key); set != counter_sets_.end()) {
+      set->second->devices.erase(d.key);
+    }
+    if (auto c = consumers_.find(set_key); c != consumers_.end()) {
+      c->second.erase(d.key);
+      if (c->second.empty()) {
+        consumers_.erase(c);
+      }
+    }
+  }
+  devices_.erase(it);
+}
+
+const std::vector<Device*>& ClusterState::DevicesOn(const std::string& node) const {
+  static const std::vector<Device*> kNone;
+  auto it = node_devices_.find(node);
+  return it == node_devices_.end() ? kNone : it->second;
+}
+
+// --- counter sets ------------------------------------------------------------------------------
+
+const CounterSet* ClusterState::FindCounterSet(const Key& key) const {
+  auto it = counter_sets_.find(key);
+  return it == counter_sets_.end() ? nullptr : it->second.get();
+}
+
+void ClusterState::AddCounterSet(std::unique_ptr<CounterSet> set) {
+  const Key key = set->key;
+  // Its consumers, whichever slice of the pool published them.
+  set->devices.clear();
+  if (auto c = consumers_.find(key); c != consumers_.end()) {
+    set->devices = c->second;
+  }
+  counter_sets_[key] = std::move(set);
+  RecountUsed(key);
+}
+
+void ClusterState::RemoveCounterSet(const Key& key) { counter_sets_.erase(key); }
+
+const CounterSet* ClusterState::RecountUsed(const Key& key) {
+  auto it = counter_sets_.find(key);
+  if (it == counter_sets_.end()) {
+    return nullptr;
+  }
+  CounterSet& set = *it->second;
+  set.used.clear();
+  for (const Key& device_key : set.devices) {
+    const Device* d = FindDevice(device_key);
+    if (d == nullptr || HoldersOf(device_key) == nullptr) {
+      continue;
+    }
+    for (const auto& [consumed_set, counters] : d->consumes) {
+      if (consumed_set != key) {
+        continue;
+      }
+      for (const auto& [name, value] : counters) {
+        set.used[name] += value;
+      }
+    }
+  }
+  return &set;
+}
+
+std::optional<double> ClusterState::CounterLeft(const Key& set_key, const std::string& name) const {
+  const CounterSet* set = FindCounterSet(set_key);
+  if (set == nullptr) {
+    return std::nullopt;
+  }
+  auto cap = set->capacity.find(name);
+  const double capacity = cap == set->capacity.end() ? 0 : cap->second;
+  auto used = set->used.find(name);
+  const double in_use = used == set->used.end() ? 0 : used->second;
+  return capacity - in_use;
+}
+
+// --- slices ------------------------------------------------------------------------------------
+
+const ClusterState::Slice* ClusterState::FindSlice(const std::string& name) const {
+  auto it = slices_.find(name);
+  return it == slices_.end() ? nullptr : &it->second;
+}
+
+void ClusterState::SetSlice(const std::string& name, Slice slice) {
+  slices_[name] = std::move(slice);
+}
+
+void ClusterState::EraseSlice(const std::string& name) { slices_.erase(name); }
+
+// --- nodes -------------------------------------------------------------------------------------
+
+bool ClusterState::SetNode(const NodeInfo& node) {
+  auto [it, inserted] = nodes_.try_emplace(node.name, node);
+  if (inserted) {
+    return true;
+  }
+  const bool changed = it->second.ready != node.ready;
+  it->second = node;
+  return changed;
+}
+
+bool ClusterState::EraseNode(const std::string& name) { return nodes_.erase(name) > 0; }
+
+bool ClusterState::NodeDown(const std::string& node) const {
+  if (node.empty()) {
+    return false;
+  }
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) {
+    return nodes_synced_;
+  }
+  return !it->second.ready;
+}
+
+// --- claims ------------------------------------------------------------------------------------
+
+Claim* ClusterState::FindClaim(absl::string_view key) const {
+  auto it = claims_.find(key);
+  return it == claims_.end() ? nullptr : it->second.get();
+}
+
+Claim& ClusterState::AddClaim(std::unique_ptr<Claim> claim) {
+  Claim& c = *claim;
+  const absl::string_view view = c.key;  // the map's key lives in the claim it holds
+  claims_.emplace(view, std::move(claim));
+  return c;
+}
+
+void ClusterState::EraseClaim(absl::string_view key) { claims_.erase(key); }
+
+std::shared_ptr<Request> ClusterState::SharedRequest(std::shared_ptr<Request> request) {
+  // The key is the signature plus the names (the request's and its alternatives'), which
+  // explain shows.
+  std::string key = absl::StrCat(request->name, "\x1d", request->signature);
+  for (const std::shared_ptr<Request>& alternative : request->alternatives) {
+    absl::StrAppend(&key, "\x1e", alternative->name);
+  }
+  std::weak_ptr<Request>& slot = requests_[key];
+  if (std::shared_ptr<Request> shared = slot.lock()) {
+    return shared;
+  }
+  slot = request;
+  if (requests_.size() > 2 * live_request_keys_ + 64) {
+    // Forget the keys whose requests every claim let go of.
+    std::erase_if(requests_, [](const auto& entry) { return entry.second.expired(); });
+    live_request_keys_ = requests_.size();
+  }
+  return request;
+}
+
+// --- allocations -------------------------------------------------------------------------------
+
+const ClusterState::Holders* ClusterState::HoldersOf(absl::string_view device) const {
+  auto it = allocations_.find(device);
+  return it == allocations_.end() || it->second.empty() ? nullptr : &it->second;
+}
+
+std::set<ClusterState::Key> ClusterState::SetAllocations(
+    Claim& claim, std::vector<std::pair<Key, std::string>> devices,
+    std::map<Key, std::map<std::string, double>> consumed) {
+  if (devices == claim.devices) {
+    bool same = true;
+    for (const auto& [device, capacity] : consumed) {
+      const Holders* holders = HoldersOf(device);
+      if (holders == nullptr) {
+        same = false;
+        break;
+      }
+      auto held = std::find_if(holders->begin(), holders->end(),
+                               [&](const auto& holder) { return holder.first == &claim; });
+      same = same && held != holders->end() && held->second == capacity;
+    }
+    if (same) {
+      return {};
+    }
+  }
+  std::set<Key> touched;
+  for (const auto& [device, cls] : claim.devices) {
+    auto a = allocations_.find(device);
+    if (a != allocations_.end()) {
+      std::erase_if(a->second, [&](const auto& holder) { return holder.first == &claim; });
+      if (a->second.empty()) {
+        allocations_.erase(a);
+      }
+    }
+    touched.insert(device);
+  }
+  for (auto& [device, capacity] : consumed) {
+    Holders& holders = allocations_[device];
+    auto at = std::lower_bound(
+        holders.begin(), holders.end(), claim.key,
+        [](const auto& holder, const Key& key) { return holder.first->key < key; });
+    if (at != holders.end() && at->first == &claim) {
+      at->second = std::move(capacity);
+    } else {
+      holders.insert(at, {&claim, std::move(capacity)});
+    }
+    touched.insert(device);
+  }
+  claim.devices = std::move(devices);
+  return touched;
+}
+
+bool ClusterState::DeviceAllocated(const Device& device) const {
+  const Holders* holders = HoldersOf(device.key);
+  if (holders == nullptr) {
+    return false;
+  }
+  if (!device.spec.allow_multiple_allocations) {
+    return true;
+  }
+  // Shared device: full once any consumed capacity reaches what the device has.
+  std::map<std::string, double> consumed;
+  for (const auto& [claim, capacity] : *holders) {
+    for (const auto& [name, value] : capacity) {
+      consumed[name] += value;
+    }
+  }
+  for (const auto& [name, value] : consumed) {
+    auto cap = device.capacity.find(name);
+    if (cap != device.capacity.end() && value + kEpsilon >= cap->second) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ClusterState::DeviceBlocked(const Device& device) const {
+  if (HoldersOf(device.key) != nullptr) {
+    return false;  // its own allocation holds the counters
+  }
+  return fit::FitCounters(device.consumes,
+                          [this](const std::string& set_key, const std::string& name) {
+                            return CounterLeft(set_key, name);
+                          }) == fit::CounterFit::kExceeds;
+}
+
+bool ClusterState::DeviceFree(const Device& device) const {
+  return !device.tainted && !DeviceAllocated(device) && !DeviceBlocked(device);
+}
+
+std::vector<std::pair<const Claim*, double>> ClusterState::HolderShares(
+    const Device& device) const {
+  std::vector<std::pair<const Claim*, double>> shares;
+  const Holders* holders = HoldersOf(device.key);
+  if (holders == nullptr) {
+    return shares;
+  }
+  if (!device.spec.allow_multiple_allocations) {
+    // Whole-device allocations: several holders (admin access) split it evenly.
+    const double each = 1.0 / static_cast<double>(holders->size());
+    for (const auto& [claim, consumed] : *holders) {
+      shares.emplace_back(claim, each);
+    }
+    return shares;
+  }
+  // Shares of a device with allowMultipleAllocations: each holder's part of the capacity that
+  // is most consumed (the one that fills the device first).
+  std::map<std::string, double> total;
+  for (const auto& [claim, consumed] : *holders) {
+    for (const auto& [name, value] : consumed) {
+      total[name] += value;
+    }
+  }
+  std::string binding;
+  double most = -1;
+  for (const auto& [name, value] : total) {
+    auto cap = device.capacity.find(name);
+    if (cap != device.capacity.end() && cap->second > kEpsilon && value / cap->second > most) {
+      most = value / cap->second;
+      binding = name;
+    }
+  }
+  if (binding.empty()) {
+    return shares;  // nothing consumed that the device measures: no part of it is held
+  }
+  const double capacity = device.capacity.at(binding);
+  const double scale = most > 1 ? 1 / most : 1;  // over-committed: the device is full
+  for (const auto& [claim, consumed] : *holders) {
+    auto v = consumed.find(binding);
+    if (v != consumed.end() && v->second > 0) {
+      shares.emplace_back(claim, v->second / capacity * scale);
+    }
+  }
+  return shares;
+}
+
+// --- pods --------------------------------------------------------------------------------------
+
+void ClusterState::SetReservations(Claim& claim, std::vector<Key> pods) {
+  if (pods == claim.reserved_pods) {
+    return;
+  }
+  for (const Key& pod : claim.reserved_pods) {
+    auto it = pods_.find(pod);
+    if (it != pods_.end()) {
+      ClaimList& claims = it->second.claims;
+      claims.erase(std::remove(claims.begin(), claims.end(), &claim), claims.end());
+      if (claims.empty() && !it->second.exists) {
+        pods_.erase(it);
+      }
+    }
+  }
+  for (const Key& pod : pods) {
+    ClaimList& claims = pods_[pod].claims;
+    if (std::find(claims.begin(), claims.end(), &claim) == claims.end()) {
+      claims.push_back(&claim);
+    }
+  }
+  claim.reserved_pods = std::move(pods);
+}
+
+bool ClusterState::PodRunning(const Key& pod) const {
+  auto it = pods_.find(pod);
+  return it != pods_.end() && it->second.running;
+}
+
+std::optional<ClusterState::ClaimList> ClusterState::SetPod(const Key& pod, bool exists,
+                                                            bool running) {
+  running = running && exists;
+  auto it = pods_.find(pod);
+  if (it == pods_.end()) {
+    if (!exists) {
+      return std::nullopt;
+    }
+    it = pods_.try_emplace(pod).first;
+  } else if (it->second.exists == exists && it->second.running == running) {
+    return std::nullopt;
+  }
+  it->second.exists = exists;
+  it->second.running = running;
+  ClaimList claims = it->second.claims;
+  if (!exists && claims.empty()) {
+    pods_.erase(it);
+  }
+  return claims;
+}
+
+}  // namespace dralens::exporter::cluster
