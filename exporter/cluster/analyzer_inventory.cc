@@ -75,7 +75,9 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
       if (device->spec.Same(sd) && device->node == sd.node_name.value_or(slice_node)) {
         unchanged.insert(key);
       } else if (device->spec.SameSelectorInput(sd)) {
-        kept[key] = std::move(device->verdicts);
+        // A copy: the old device still leaves the leaf counts by these verdicts below, and
+        // without them would evaluate every selector again on its way out.
+        kept[key] = device->verdicts;
       }
     }
   }
