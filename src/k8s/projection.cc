@@ -2,6 +2,7 @@
 
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -60,8 +61,12 @@ absl::Status ProjectValue(V& value, const Projection& projection, json* out) {
       if (child == nullptr) {
         continue;  // the iterator skips the value
       }
-      json& slot = (*out)[std::string(key)];
-      slot = json();
+      // The key is built in place in the map's node: no temporary string.
+      json& slot = out->get_ref<json::object_t&>()
+                       .emplace(std::piecewise_construct, std::forward_as_tuple(key),
+                                std::forward_as_tuple())
+                       .first->second;
+      slot = json();  // a repeated key: the last one wins, as in a full parse
       od::value child_value;
       if (simdjson::error_code e = field.value().get(child_value)) {
         return Malformed(e);
