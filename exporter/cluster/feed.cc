@@ -49,24 +49,19 @@ NodeInfo NodeInfoOf(const nlohmann::json& node) {
 }
 
 std::shared_ptr<const k8s::Projection> ProjectionFor(const k8s::ResourceType& type) {
-  // ObjectMeta as the codecs decode it (src/model/meta.h), without managedFields: on a real
-  // cluster often the larger half of an object.
+  // Of ObjectMeta, what the cluster role reads: the key and uid (analyzer, gang tracker),
+  // resourceVersion (the informer), creationTimestamp (claim ages, gang waits) and
+  // deletionTimestamp. Labels, annotations, owner references, finalizers and managedFields are
+  // often most of a pod's metadata and nothing here reads them.
   auto with_meta = [](std::initializer_list<absl::string_view> more) {
     std::vector<absl::string_view> paths = {"apiVersion",
                                             "kind",
                                             "metadata.name",
-                                            "metadata.generateName",
                                             "metadata.namespace",
                                             "metadata.uid",
                                             "metadata.resourceVersion",
-                                            "metadata.generation",
                                             "metadata.creationTimestamp",
-                                            "metadata.deletionTimestamp",
-                                            "metadata.deletionGracePeriodSeconds",
-                                            "metadata.labels",
-                                            "metadata.annotations",
-                                            "metadata.ownerReferences",
-                                            "metadata.finalizers"};
+                                            "metadata.deletionTimestamp"};
     paths.insert(paths.end(), more.begin(), more.end());
     return std::make_shared<const k8s::Projection>(k8s::Projection::Paths(paths));
   };
