@@ -601,11 +601,20 @@ absl::Status DecodeValue(const Json& j, const Path& path, DeviceAttribute* out) 
   std::array<const char*, 4> present{};
   size_t count = 0;
   const Json* value = nullptr;
-  for (const char* kind : kKinds) {
-    const auto it = j.find(kind);
-    if (it != j.end() && !it->is_null()) {
-      present[count++] = kind;
-      value = &*it;
+  // One pass over the (usually single) members, not a lookup per kind; `present` keeps the
+  // kinds' order for the error message.
+  std::array<const Json*, 4> values{};
+  for (const auto& [key, member] : j.get_ref<const Json::object_t&>()) {
+    for (size_t k = 0; k < values.size(); ++k) {
+      if (key == kKinds[k] && !member.is_null()) {
+        values[k] = &member;
+      }
+    }
+  }
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (values[k] != nullptr) {
+      present[count++] = kKinds[k];
+      value = values[k];
     }
   }
   if (count != 1) {
