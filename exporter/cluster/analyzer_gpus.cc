@@ -114,12 +114,8 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     return tally;
   }
   const bool down = state_.NodeDown(node);
-  // Devices by physical GPU, each GPU's in key order, so that the result does not depend on
-  // hashing.
-  std::vector<Device*> sorted = on_node;
-  std::sort(sorted.begin(), sorted.end(), [](const Device* a, const Device* b) {
-    return a->gpu != b->gpu ? a->gpu < b->gpu : a->key < b->key;
-  });
+  // The store keeps a node's devices by physical GPU, each GPU's in key order.
+  const std::vector<Device*>& sorted = on_node;
   const uint32_t no_class = labels_.Id("");
   for (size_t begin = 0; begin < sorted.size();) {
     size_t end = begin + 1;

@@ -13,6 +13,14 @@ std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::st
 
 // --- devices -----------------------------------------------------------------------------------
 
+namespace {
+
+bool ByGpuThenKey(const Device* a, const Device* b) {
+  return a->gpu != b->gpu ? a->gpu < b->gpu : a->key < b->key;
+}
+
+}  // namespace
+
 Device* ClusterState::FindDevice(absl::string_view key) const {
   auto it = devices_.find(key);
   return it == devices_.end() ? nullptr : it->second.get();
@@ -20,7 +28,8 @@ Device* ClusterState::FindDevice(absl::string_view key) const {
 
 Device& ClusterState::AddDevice(std::unique_ptr<Device> device) {
   Device& d = *device;
-  node_devices_[d.node].push_back(&d);
+  std::vector<Device*>& on_node = node_devices_[d.node];
+  on_node.insert(std::upper_bound(on_node.begin(), on_node.end(), &d, ByGpuThenKey), &d);
   for (const auto& [set_key, counters] : d.consumes) {
     consumers_[set_key].insert(d.key);
     // Its counter set may come from another slice of the pool.

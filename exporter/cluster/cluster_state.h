@@ -174,7 +174,8 @@ class ClusterState {
   Device& AddDevice(std::unique_ptr<Device> device);
   // Takes the device of `key` out of every index and destroys it; nothing when there is none.
   void RemoveDevice(absl::string_view key);
-  // The devices on `node`, in no particular order (owned by the store).
+  // The devices on `node` (owned by the store), by physical GPU and then key: a GPU's devices
+  // are adjacent, and the order does not depend on hashing.
   const std::vector<Device*>& DevicesOn(const std::string& node) const;
   // Every node with devices, and its devices.
   const std::unordered_map<std::string, std::vector<Device*>>& devices_by_node() const {

@@ -1,10 +1,12 @@
 #include "exporter/cluster/cluster_state.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -287,7 +289,9 @@ TEST(ClusterStateTest, IndexesAgreeWithTheRecordsUnderRandomChanges) {
           consumes.push_back({absl::StrCat("gpu/p/s", below(kSets)), {{"memory", 10}}});
         }
         state.RemoveDevice(key);
-        state.AddDevice(MakeDevice(key, absl::StrCat("n", n), std::move(consumes)));
+        std::unique_ptr<Device> device = MakeDevice(key, absl::StrCat("n", n), std::move(consumes));
+        device->gpu = absl::StrCat("uuid-", below(3));  // MIG devices of one of three parents
+        state.AddDevice(std::move(device));
       } else if (op == 1) {  // withdraw a device
         state.RemoveDevice(absl::StrCat("gpu/p/d", below(kNodes), "-", below(kDevicesPerNode)));
       } else if (op == 2) {  // publish or withdraw a counter set
@@ -324,6 +328,13 @@ TEST(ClusterStateTest, IndexesAgreeWithTheRecordsUnderRandomChanges) {
       ASSERT_EQ(state.devices_by_node().size(), by_node.size());
       for (const auto& [node, keys] : by_node) {
         ASSERT_EQ(KeysOn(state, node), keys) << node;
+        // by physical GPU, then key
+        const std::vector<Device*>& on_node = state.DevicesOn(node);
+        ASSERT_TRUE(std::is_sorted(on_node.begin(), on_node.end(),
+                                   [](const Device* a, const Device* b) {
+                                     return std::tie(a->gpu, a->key) < std::tie(b->gpu, b->key);
+                                   }))
+            << node;
       }
       // holders == the claims' own devices, and a counter set's consumers and use
       std::map<std::string, std::set<std::string>> holders;
