@@ -233,7 +233,9 @@ class Analyzer {
 
   // Applies what the event left dirty: pending verdicts, node aggregates, MIG placeable.
   void Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecomputeNode(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `pools`: also recount the node's devices by class and state (dralens_cluster_pool_devices),
+  // which only devices, taints, classes and allocations move; a claim's state does not.
+  void RecomputeNode(const std::string& node, bool pools) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputePlaceable(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the fleet totals of dralens_cluster_pool_devices from a node's old counts to its new.
   void UpdatePoolTotals(const LabelTable<std::array<int, kPoolStates>>& before,
@@ -325,6 +327,9 @@ class Analyzer {
 
   // Dirty sets, applied by Flush().
   std::set<std::string> dirty_nodes_ ABSL_GUARDED_BY(mu_);
+  // Nodes whose GPU tally alone is stale: a claim holding a device there changed state (in use
+  // or not), which moves stranded and held GPUs but no device's pool state.
+  std::set<std::string> dirty_tallies_ ABSL_GUARDED_BY(mu_);
   // Every node's free_while_pending attribution may move (the classes changed).
   bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;
   // Leaf requests (a request, or one alternative of a firstAvailable request) of the pending

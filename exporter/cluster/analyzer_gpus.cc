@@ -63,8 +63,15 @@ void Analyzer::Flush() {
   pending_shape_changed_ = false;
   std::set<std::string> dirty;
   dirty.swap(dirty_nodes_);
+  std::set<std::string> tallies;
+  tallies.swap(dirty_tallies_);
   for (const std::string& node : dirty) {
-    RecomputeNode(node);
+    RecomputeNode(node, /*pools=*/true);
+  }
+  for (const std::string& node : tallies) {
+    if (!dirty.contains(node)) {
+      RecomputeNode(node, /*pools=*/false);
+    }
   }
 }
 
@@ -253,15 +260,16 @@ Analyzer::GpuTally Analyzer::TallyGpus(
   return tally;
 }
 
-void Analyzer::RecomputeNode(const std::string& node) {
+void Analyzer::RecomputeNode(const std::string& node, bool pools) {
   auto& slot = node_aggregates_[node];
   if (slot == nullptr) {
     slot = std::make_unique<NodeAggregate>();
+    pools = true;
   }
   NodeAggregate& agg = *slot;
-  LabelTable<std::array<int, kPoolStates>> pool;
   const std::vector<Device*>& on_node = state_.DevicesOn(node);
-  {
+  if (pools) {
+    LabelTable<std::array<int, kPoolStates>> pool;
     const uint32_t no_class = labels_.Id("");
     for (const Device* device : on_node) {
       const Device& d = *device;
@@ -280,9 +288,9 @@ void Analyzer::RecomputeNode(const std::string& node) {
         count(cls);
       }
     }
+    UpdatePoolTotals(agg.pool, pool);
+    agg.pool = std::move(pool);
   }
-  UpdatePoolTotals(agg.pool, pool);
-  agg.pool = std::move(pool);
   // The node's series that went to zero stay at zero while it publishes devices (a state with
   // no GPU reads 0, not a gap), and go with its last device.
   const bool has_devices = !on_node.empty();
