@@ -154,12 +154,13 @@ void Analyzer::AllocationChanged(const Key& device_key) {
   RefreshFree(*device);
 }
 
-void Analyzer::MarkAllNodesDirty() {
+void Analyzer::MarkAllNodesDirty(bool pools) {
+  std::set<std::string>& dirty = pools ? dirty_nodes_ : dirty_tallies_;
   for (const auto& [node, devices] : state_.devices_by_node()) {
-    dirty_nodes_.insert(node);
+    dirty.insert(node);
   }
   for (const auto& [node, agg] : node_aggregates_) {
-    dirty_nodes_.insert(node);
+    dirty.insert(node);
   }
 }
 

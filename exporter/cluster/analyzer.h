@@ -180,7 +180,8 @@ class Analyzer {
   void SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
                            std::map<Key, std::map<std::string, double>> consumed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkAllNodesDirty() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `pools` false: only the nodes' GPU tallies (see dirty_tallies_).
+  void MarkAllNodesDirty(bool pools = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A class was added, changed or deleted: every device is classified again and every count
   // and node derived again.
   void ClassesChanged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -328,7 +329,8 @@ class Analyzer {
   // Dirty sets, applied by Flush().
   std::set<std::string> dirty_nodes_ ABSL_GUARDED_BY(mu_);
   // Nodes whose GPU tally alone is stale: a claim holding a device there changed state (in use
-  // or not), which moves stranded and held GPUs but no device's pool state.
+  // or not), or the longest-pending claim a free device there could serve changed; that moves
+  // stranded and held GPUs but no device's pool state.
   std::set<std::string> dirty_tallies_ ABSL_GUARDED_BY(mu_);
   // Every node's free_while_pending attribution may move (the classes changed).
   bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;

@@ -58,7 +58,7 @@ void Analyzer::Flush() {
     }
   }
   if (pending_shape_changed_) {
-    MarkAllNodesDirty();
+    MarkAllNodesDirty(/*pools=*/false);
   }
   pending_shape_changed_ = false;
   std::set<std::string> dirty;

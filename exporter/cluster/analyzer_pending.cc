@@ -133,7 +133,7 @@ void Analyzer::MarkShapeNodesDirty(const std::shared_ptr<Request>& request) {
   for (const std::shared_ptr<Request>& part : LeavesOf(request)) {
     if (auto leaf = leaves_.find(part->signature); leaf != leaves_.end()) {
       for (const auto& [node, n] : leaf->second->free_nodes) {
-        dirty_nodes_.insert(node);
+        dirty_tallies_.insert(node);
       }
     }
   }

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
@@ -86,7 +87,7 @@ struct Analyzer::LeafCounts {
   int64_t unknown = 0, matching = 0, untainted = 0, free = 0;
   // The nodes of the free devices counted in `free`, with how many each has: where a change of
   // this leaf's longest-pending claim can move free_while_pending attribution.
-  std::map<std::string, int> free_nodes;
+  absl::flat_hash_map<std::string, int> free_nodes;
   std::optional<PendingReason> last;  // the reason the pending claims were last given
 };
 
