@@ -121,15 +121,14 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     return tally;
   }
   const bool down = state_.NodeDown(node);
-  // The store keeps a node's devices by physical GPU, each GPU's in key order.
-  const std::vector<Device*>& sorted = on_node;
   const uint32_t no_class = labels_.Id("");
-  for (size_t begin = 0; begin < sorted.size();) {
+  // The store keeps a node's devices by physical GPU, each GPU's in key order.
+  for (size_t begin = 0; begin < on_node.size();) {
     size_t end = begin + 1;
-    while (end < sorted.size() && sorted[end]->gpu == sorted[begin]->gpu) {
+    while (end < on_node.size() && on_node[end]->gpu == on_node[begin]->gpu) {
       ++end;
     }
-    const absl::Span<Device* const> devices(&sorted[begin], end - begin);
+    const absl::Span<Device* const> devices(&on_node[begin], end - begin);
     begin = end;
     const Device& first = *devices.front();
     const CounterSet* set = nullptr;

@@ -598,11 +598,7 @@ absl::Status DecodeValue(const Json& j, const Path& path, DeviceAttribute* out) 
     return TypeError(path, "object", j);
   }
   static constexpr const char* kKinds[] = {"int", "bool", "string", "version"};
-  std::array<const char*, 4> present{};
-  size_t count = 0;
-  const Json* value = nullptr;
-  // One pass over the (usually single) members, not a lookup per kind; `present` keeps the
-  // kinds' order for the error message.
+  // One pass over the (usually single) members, not a lookup per kind.
   std::array<const Json*, 4> values{};
   for (const auto& [key, member] : j.get_ref<const Json::object_t&>()) {
     for (size_t k = 0; k < values.size(); ++k) {
@@ -611,19 +607,25 @@ absl::Status DecodeValue(const Json& j, const Path& path, DeviceAttribute* out) 
       }
     }
   }
+  size_t count = 0, chosen = 0;
   for (size_t k = 0; k < values.size(); ++k) {
     if (values[k] != nullptr) {
-      present[count++] = kKinds[k];
-      value = values[k];
+      ++count;
+      chosen = k;
     }
   }
   if (count != 1) {
+    std::vector<const char*> present;
+    for (size_t k = 0; k < values.size(); ++k) {
+      if (values[k] != nullptr) {
+        present.push_back(kKinds[k]);
+      }
+    }
     return PathError(path, absl::StrCat("expected exactly one of int, bool, string, version; got ",
-                                        count == 0 ? "none"
-                                                   : absl::StrJoin(present.begin(),
-                                                                   present.begin() + count, ", ")));
+                                        present.empty() ? "none" : absl::StrJoin(present, ", ")));
   }
-  const absl::string_view kind = present[0];
+  const absl::string_view kind = kKinds[chosen];
+  const Json* value = values[chosen];
   const Path value_path = path.Field(kind);
   if (kind == "int") {
     int64_t v = 0;

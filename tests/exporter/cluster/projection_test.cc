@@ -220,23 +220,6 @@ model::ObjectMeta ReadMetadata(const model::ObjectMeta& full) {
   return read;
 }
 
-TEST(ProjectionForTest, MetadataKeepsWhatTheClusterRoleReads) {
-  const json full = RealisticPod();
-  const model::ObjectMeta want = DecodeOrDie<model::Pod>(full).metadata;
-  // Every kept field has a value to lose, and so has every dropped one.
-  ASSERT_FALSE(want.name.empty());
-  ASSERT_FALSE(want.namespace_name.empty());
-  ASSERT_FALSE(want.uid.empty());
-  ASSERT_FALSE(want.resource_version.empty());
-  ASSERT_TRUE(want.creation_timestamp.has_value());
-  ASSERT_FALSE(want.labels.empty());
-  ASSERT_FALSE(want.owner_references.empty());
-  const model::ObjectMeta got = DecodeOrDie<model::Pod>(Projected(k8s::kPods, full)).metadata;
-  EXPECT_EQ(got, ReadMetadata(want));
-  EXPECT_TRUE(got.labels.empty());
-  EXPECT_TRUE(got.owner_references.empty());
-}
-
 TEST(ProjectionForTest, PodKeepsWhatTheAnalyzerReads) {
   const json full = RealisticPod();
   const json projected = Projected(k8s::kPods, full);
@@ -249,10 +232,19 @@ TEST(ProjectionForTest, PodKeepsWhatTheAnalyzerReads) {
   const model::Pod got = DecodeOrDie<model::Pod>(projected);
   // The full object is what it claims to be: every field below has a value to lose.
   ASSERT_FALSE(want.spec.containers.empty());
+  // Every metadata field kept has a value to lose, and so has every one dropped.
+  ASSERT_FALSE(want.metadata.name.empty());
+  ASSERT_FALSE(want.metadata.namespace_name.empty());
+  ASSERT_FALSE(want.metadata.uid.empty());
+  ASSERT_FALSE(want.metadata.resource_version.empty());
+  ASSERT_TRUE(want.metadata.creation_timestamp.has_value());
+  ASSERT_FALSE(want.metadata.labels.empty());
   ASSERT_FALSE(want.metadata.owner_references.empty());
   ASSERT_EQ(want.spec.resource_claims.size(), 2u);
   ASSERT_EQ(want.status.resource_claim_statuses.size(), 1u);
   EXPECT_EQ(got.metadata, ReadMetadata(want.metadata));
+  EXPECT_TRUE(got.metadata.labels.empty());
+  EXPECT_TRUE(got.metadata.owner_references.empty());
   EXPECT_EQ(got.spec.node_name, want.spec.node_name);
   EXPECT_EQ(got.spec.resource_claims, want.spec.resource_claims);
   EXPECT_EQ(got.status.phase, want.status.phase);
