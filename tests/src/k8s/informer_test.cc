@@ -585,7 +585,13 @@ TEST_F(InformerTest, HashesOnlyReportsAnObjectCreatedAgainUnderAnOldVersion) {
   Create("a", "blue");
   ASSERT_EQ(client_->Get(kNodes, "", "a")->at("metadata").at("resourceVersion"), old_rv)
       << "the fresh server should reuse the version for this test to mean anything";
+  // A watch resumed from the old version on the new server sees nothing after it; the relist
+  // is what must find "a". 410 Gone makes the informer relist, and a watch that opened between
+  // the two calls below is dropped, so that the next one takes the 410.
+  const int lists = informer_->ListCountForTest();
   server_->ClearFaults();
+  Inject(FaultRule::Kind::kGone, "watch", 1);
+  DropWatchesUntil([&] { return informer_->ListCountForTest() > lists; });
   const absl::Time deadline = absl::Now() + kDeadline;
   std::string seen;
   while (seen != "blue" && absl::Now() < deadline) {
