@@ -45,9 +45,13 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "exporter/cluster/cluster_state.h"
 #include "exporter/cluster/compact_spec.h"
 #include "exporter/cluster/explain.h"
@@ -95,6 +99,15 @@ class Analyzer {
   void UpsertClaim(const model::ResourceClaim& claim) ABSL_LOCKS_EXCLUDED(mu_);
   void DeleteClaim(const model::ResourceClaim& claim) ABSL_LOCKS_EXCLUDED(mu_);
   void UpsertSlice(const model::ResourceSlice& slice) ABSL_LOCKS_EXCLUDED(mu_);
+  // A slice whose devices are decoded on demand. `head` is the slice without its devices;
+  // `digests` has one entry per published device, in order: a hash of the device's JSON text and
+  // of the slice's driver, pool name and node name (what of the slice a device record depends
+  // on), or 0 when unknown. A device this slice already published under the same digest stays
+  // as it is without being decoded; `decode(i)` decodes device i for every other one. When one
+  // does not decode, the slice is left as it was and the error is returned.
+  absl::Status UpsertSlice(const model::ResourceSlice& head, absl::Span<const uint64_t> digests,
+                           absl::FunctionRef<absl::StatusOr<model::SliceDevice>(size_t)> decode)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void DeleteSlice(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   void UpsertClass(const model::DeviceClass& device_class) ABSL_LOCKS_EXCLUDED(mu_);
   void DeleteClass(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
@@ -168,6 +181,15 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnclassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RequestFits(const Request& request, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A device of a slice being published: decoded, or held as it is (`held`: its key).
+  struct PublishedDevice {
+    uint64_t digest = 0;
+    const model::SliceDevice* decoded = nullptr;
+    std::string held = {};
+  };
+  void UpsertSliceLocked(const model::ResourceSlice& slice,
+                         const std::vector<PublishedDevice>& devices)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a slice's devices (but those in `keep`) and counter sets; adds the nodes they were
   // on to `touched`.
   void RemoveSliceLocked(const std::string& name, std::set<std::string>& touched,

@@ -51,18 +51,70 @@ void Analyzer::RemoveDevice(Device& device, std::set<std::string>& touched) {
 
 void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
   absl::MutexLock lock(&mu_);
+  std::vector<PublishedDevice> devices;
+  devices.reserve(slice.spec.devices.size());
+  for (const model::SliceDevice& sd : slice.spec.devices) {
+    devices.push_back({.digest = 0, .decoded = &sd});
+  }
+  UpsertSliceLocked(slice, devices);
+}
+
+absl::Status Analyzer::UpsertSlice(
+    const model::ResourceSlice& head, absl::Span<const uint64_t> digests,
+    absl::FunctionRef<absl::StatusOr<model::SliceDevice>(size_t)> decode) {
+  absl::MutexLock lock(&mu_);
+  const std::string& name = head.metadata.name;
+  // The devices this slice published last time, by digest.
+  absl::flat_hash_map<uint64_t, const Key*> held;
+  if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
+    for (const Key& key : old->devices) {
+      const Device* device = state_.FindDevice(key);
+      if (device != nullptr && device->slice == name && device->digest != 0) {
+        held.emplace(device->digest, &device->key);
+      }
+    }
+  }
+  std::vector<model::SliceDevice> decoded;  // reserved: the records below point into it
+  decoded.reserve(digests.size());
+  std::vector<PublishedDevice> devices(digests.size());
+  for (size_t i = 0; i < digests.size(); ++i) {
+    devices[i].digest = digests[i];
+    if (auto h = held.find(digests[i]); digests[i] != 0 && h != held.end()) {
+      devices[i].held = *h->second;
+      held.erase(h);  // the same text twice in one slice: the second one is decoded
+      continue;
+    }
+    absl::StatusOr<model::SliceDevice> device = decode(i);
+    if (!device.ok()) {
+      return device.status();
+    }
+    decoded.push_back(*std::move(device));
+    devices[i].decoded = &decoded.back();
+  }
+  UpsertSliceLocked(head, devices);
+  return absl::OkStatus();
+}
+
+void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
+                                 const std::vector<PublishedDevice>& devices) {
   const std::string& name = slice.metadata.name;
   const model::ResourceSliceSpec& spec = slice.spec;
   const std::string slice_node = spec.node_name.value_or("");
   // A device this slice already published, exactly as it is now, stays as it is: its counts,
   // verdicts and indexes hold. Only the devices that changed leave and come back, so a taint
-  // on one GPU costs one device, not the slice. A changed device whose attributes and capacity
-  // are the same keeps its cached selector verdicts (taints are not what selectors read).
+  // on one GPU costs one device, not the slice. A device held by its digest was not even
+  // decoded; a decoded one is compared with the record. A changed device whose attributes and
+  // capacity are the same keeps its cached selector verdicts (taints are not what selectors
+  // read).
   std::unordered_map<Key, const model::SliceDevice*> incoming;
-  for (const model::SliceDevice& sd : spec.devices) {
-    incoming[DeviceKey(spec.driver, spec.pool.name, sd.name)] = &sd;
-  }
   std::set<Key> unchanged;
+  for (const PublishedDevice& p : devices) {
+    if (!p.held.empty()) {
+      unchanged.insert(p.held);
+    } else {
+      incoming[DeviceKey(spec.driver, spec.pool.name, p.decoded->name)] = p.decoded;
+    }
+  }
   std::unordered_map<Key, std::vector<std::pair<int, cel::Verdict>>> kept;
   if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
     for (const Key& key : old->devices) {
@@ -98,14 +150,23 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
     set_keys.push_back(set->key);
     state_.AddCounterSet(std::move(set));
   }
-  for (const model::SliceDevice& sd : spec.devices) {
+  for (const PublishedDevice& p : devices) {
+    if (!p.held.empty()) {
+      keys.push_back(p.held);
+      continue;
+    }
+    const model::SliceDevice& sd = *p.decoded;
     Key key = DeviceKey(spec.driver, spec.pool.name, sd.name);
     if (unchanged.contains(key)) {
+      if (Device* same = state_.FindDevice(key); same != nullptr) {
+        same->digest = p.digest;  // the same device, sent as other text (or without it)
+      }
       keys.push_back(std::move(key));
       continue;
     }
     auto d = std::make_unique<Device>();
     d->key = std::move(key);
+    d->digest = p.digest;
     d->slice = name;
     d->pool = spec.pool.name;
     d->node = sd.node_name.value_or(slice_node);

@@ -86,7 +86,10 @@ struct Device {
   const std::string& product() const { return *product_name; }
   const std::string& type() const { return *type_name; }
   const std::string& profile() const { return *profile_name; }
-  CompactSpec spec;      // what the analysis reads of the published device
+  CompactSpec spec;  // what the analysis reads of the published device
+  // A hash of its published text and of what of its slice it depends on (Analyzer::UpsertSlice);
+  // 0 when it came decoded, without its text.
+  uint64_t digest = 0;
   bool tainted = false;  // a NoSchedule/NoExecute taint (fit::Blocking)
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
   // else the device itself. Devices with the same key are one GPU.

@@ -4,7 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
 #include "src/common/log.h"
+#include "src/common/status.h"
+#include "src/k8s/projection.h"
 #include "src/model/codec.h"
 
 namespace dralens::exporter::cluster {
@@ -23,6 +27,89 @@ void Apply(const nlohmann::json& object, const char* kind, const std::function<v
   f(*decoded);
 }
 
+// A ResourceSlice taken apart for decoding its devices lazily: the slice without its devices,
+// and its devices. Each device is its JSON text where the slice came through ProjectionFor (a
+// text path), else an object. A devices value that is no array stays in the head, for the codec
+// to report as it would for the whole object.
+struct SplitSlice {
+  nlohmann::json head;
+  const nlohmann::json* devices = nullptr;
+};
+
+SplitSlice Split(const nlohmann::json& object) {
+  SplitSlice out;
+  if (!object.is_object()) {
+    out.head = object;
+    return out;
+  }
+  out.head = nlohmann::json::object();
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (it.key() != "spec" || !it->is_object()) {
+      out.head[it.key()] = *it;
+      continue;
+    }
+    nlohmann::json& spec = out.head["spec"] = nlohmann::json::object();
+    for (auto field = it->begin(); field != it->end(); ++field) {
+      if (field.key() == "devices" && field->is_array()) {
+        out.devices = &*field;
+      } else if (field.key() == "devices" && field->is_string()) {
+        // The text of a value that is no array: parsed back, for the codec's type error.
+        absl::StatusOr<nlohmann::json> value =
+            k8s::ParseProjected(field->get_ref<const std::string&>(), k8s::Projection());
+        spec["devices"] = value.ok() ? *std::move(value) : *field;
+      } else {
+        spec[field.key()] = *field;
+      }
+    }
+  }
+  return out;
+}
+
+// What of a published device the analyzer's record depends on: its text and its slice's
+// driver, pool name and node name. Never 0, which stands for "unknown".
+uint64_t Digest(const model::ResourceSlice& head, absl::string_view text) {
+  const uint64_t digest =
+      absl::HashOf(head.spec.driver, head.spec.pool.name, head.spec.node_name.value_or(""), text);
+  return digest == 0 ? 1 : digest;
+}
+
+absl::StatusOr<model::SliceDevice> DecodeDevice(const nlohmann::json& device, size_t index) {
+  if (!device.is_string()) {
+    return model::DecodeSliceDevice(device, index);
+  }
+  absl::StatusOr<nlohmann::json> parsed =
+      k8s::ParseProjected(device.get_ref<const std::string&>(), k8s::Projection());
+  if (!parsed.ok()) {
+    return common::Annotate(parsed.status(),
+                            absl::StrCat("decode ResourceSlice: spec.devices[", index, "]"));
+  }
+  return model::DecodeSliceDevice(*parsed, index);
+}
+
+void FeedSlice(const nlohmann::json& object, Analyzer& analyzer) {
+  const SplitSlice split = Split(object);
+  absl::StatusOr<model::ResourceSlice> head = model::Decode<model::ResourceSlice>(split.head);
+  absl::Status status = head.status();
+  if (head.ok()) {
+    std::vector<uint64_t> digests;
+    if (split.devices != nullptr) {
+      digests.reserve(split.devices->size());
+      for (const nlohmann::json& device : *split.devices) {
+        digests.push_back(device.is_string() ? Digest(*head, device.get_ref<const std::string&>())
+                                             : 0);
+      }
+    }
+    status = analyzer.UpsertSlice(
+        *head, digests, [&split](size_t i) { return DecodeDevice((*split.devices)[i], i); });
+  }
+  if (!status.ok()) {
+    DLOG(kWarn, "cluster", "skipping an object that does not decode",
+         {{"kind", "ResourceSlice"},
+          {"object", k8s::ObjectKey(object)},
+          {"error", status.message()}});
+  }
+}
+
 std::string Name(const nlohmann::json& object) {
   return object.value("metadata", nlohmann::json::object()).value("name", std::string());
 }
@@ -32,6 +119,22 @@ std::string Namespace(const nlohmann::json& object) {
 }
 
 }  // namespace
+
+absl::StatusOr<model::ResourceSlice> DecodeSlice(const nlohmann::json& slice) {
+  const SplitSlice split = Split(slice);
+  absl::StatusOr<model::ResourceSlice> out = model::Decode<model::ResourceSlice>(split.head);
+  if (!out.ok() || split.devices == nullptr) {
+    return out;
+  }
+  for (size_t i = 0; i < split.devices->size(); ++i) {
+    absl::StatusOr<model::SliceDevice> device = DecodeDevice((*split.devices)[i], i);
+    if (!device.ok()) {
+      return device.status();
+    }
+    out->spec.devices.push_back(*std::move(device));
+  }
+  return out;
+}
 
 NodeInfo NodeInfoOf(const nlohmann::json& node) {
   NodeInfo info;
@@ -53,7 +156,8 @@ std::shared_ptr<const k8s::Projection> ProjectionFor(const k8s::ResourceType& ty
   // resourceVersion (the informer), creationTimestamp (claim ages, gang waits) and
   // deletionTimestamp. Labels, annotations, owner references, finalizers and managedFields are
   // often most of a pod's metadata and nothing here reads them.
-  auto with_meta = [](std::initializer_list<absl::string_view> more) {
+  auto with_meta = [](std::initializer_list<absl::string_view> more,
+                      std::initializer_list<absl::string_view> text = {}) {
     std::vector<absl::string_view> paths = {"apiVersion",
                                             "kind",
                                             "metadata.name",
@@ -63,7 +167,8 @@ std::shared_ptr<const k8s::Projection> ProjectionFor(const k8s::ResourceType& ty
                                             "metadata.creationTimestamp",
                                             "metadata.deletionTimestamp"};
     paths.insert(paths.end(), more.begin(), more.end());
-    return std::make_shared<const k8s::Projection>(k8s::Projection::Paths(paths));
+    return std::make_shared<const k8s::Projection>(
+        k8s::Projection::Paths(paths, std::vector<absl::string_view>(text)));
   };
   if (type.plural == k8s::kPods.plural) {
     // The analyzer reads the phase; the gang tracker the node, claims and workloadRef. The
@@ -76,8 +181,16 @@ std::shared_ptr<const k8s::Projection> ProjectionFor(const k8s::ResourceType& ty
     static const auto nodes = with_meta({"status.conditions"});
     return nodes;
   }
-  if (type.plural == k8s::kResourceClaims.plural || type.plural == k8s::kResourceSlices.plural ||
-      type.plural == k8s::kDeviceClasses.plural) {
+  if (type.plural == k8s::kResourceSlices.plural) {
+    // The spec's fields one by one (a ResourceSlice has no status), its devices as text: the
+    // analyzer decodes a device only when its text changed (FeedSlice).
+    static const auto slices =
+        with_meta({"spec.driver", "spec.pool", "spec.nodeName", "spec.nodeSelector",
+                   "spec.allNodes", "spec.perDeviceNodeSelection", "spec.sharedCounters"},
+                  {"spec.devices"});
+    return slices;
+  }
+  if (type.plural == k8s::kResourceClaims.plural || type.plural == k8s::kDeviceClasses.plural) {
     static const auto resources = with_meta({"spec", "status"});
     return resources;
   }
@@ -100,10 +213,7 @@ k8s::InformerHandlers HandlersFor(const k8s::ResourceType& type, Analyzer& analy
       analyzer.DeleteClaim(c);
     };
   } else if (type.plural == k8s::kResourceSlices.plural) {
-    upsert = [&analyzer](const nlohmann::json& o) {
-      Apply<model::ResourceSlice>(o, "ResourceSlice",
-                                  [&](const model::ResourceSlice& s) { analyzer.UpsertSlice(s); });
-    };
+    upsert = [&analyzer](const nlohmann::json& o) { FeedSlice(o, analyzer); };
     remove = [&analyzer](const nlohmann::json& o) { analyzer.DeleteSlice(Name(o)); };
   } else if (type.plural == k8s::kDeviceClasses.plural) {
     upsert = [&analyzer](const nlohmann::json& o) {

@@ -5,10 +5,12 @@
 
 #include <memory>
 
+#include "absl/status/statusor.h"
 #include "exporter/cluster/analyzer.h"
 #include "nlohmann/json.hpp"
 #include "src/k8s/client.h"
 #include "src/k8s/informer.h"
+#include "src/model/resource.h"
 
 namespace dralens::exporter::cluster {
 
@@ -20,8 +22,13 @@ k8s::InformerHandlers HandlersFor(const k8s::ResourceType& type, Analyzer& analy
 // the gang tracker, the informer itself): its informers parse only that (src/k8s/projection.h).
 // Pods keep their identity, node, claims, workload and phase, not their containers, volumes or
 // conditions; Nodes their Ready condition; every object its metadata without managedFields.
-// Null for a type read whole.
+// A ResourceSlice keeps each device as its JSON text, so that a republished slice decodes only
+// the devices whose text changed. Null for a type read whole.
 std::shared_ptr<const k8s::Projection> ProjectionFor(const k8s::ResourceType& type);
+
+// A ResourceSlice as ProjectionFor leaves it (each device as its JSON text) or whole, decoded
+// with every device: what Decode<ResourceSlice> makes of the whole object.
+absl::StatusOr<model::ResourceSlice> DecodeSlice(const nlohmann::json& slice);
 
 // A Node's readiness: false when its Ready condition is False or Unknown; true when Ready is
 // True or when the Node reports no Ready condition at all.

@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -36,12 +37,50 @@ absl::Status ParseWhole(std::string_view text, json* out) {
   return absl::OkStatus();
 }
 
+// A value's JSON text as it was sent, whitespace around it left out.
+absl::Status RawText(od::value& value, od::json_type type, std::string_view* out) {
+  simdjson::error_code e = simdjson::SUCCESS;
+  if (type == od::json_type::object) {
+    od::object object;
+    e = value.get_object().get(object);
+    if (!e) {
+      e = object.raw_json().get(*out);
+    }
+  } else if (type == od::json_type::array) {
+    od::array array;
+    e = value.get_array().get(array);
+    if (!e) {
+      e = array.raw_json().get(*out);
+    }
+  } else {
+    *out = value.raw_json_token();  // a value's token is a plain string_view
+  }
+  if (e) {
+    return Malformed(e);
+  }
+  while (!out->empty() && (out->back() == ' ' || out->back() == '\t' || out->back() == '\n' ||
+                           out->back() == '\r')) {
+    out->remove_suffix(1);
+  }
+  return absl::OkStatus();
+}
+
 // `V` is od::value or od::document, which offer the same calls.
 template <typename V>
 absl::Status ProjectValue(V& value, const Projection& projection, json* out) {
   od::json_type type;
   if (simdjson::error_code e = value.type().get(type)) {
     return Malformed(e);
+  }
+  if constexpr (std::is_same_v<V, od::value>) {
+    if (projection.text() && type != od::json_type::array) {
+      std::string_view text;
+      if (absl::Status s = RawText(value, type, &text); !s.ok()) {
+        return s;
+      }
+      *out = std::string(text);
+      return absl::OkStatus();
+    }
   }
   if (type == od::json_type::object) {
     od::object object;
@@ -132,11 +171,17 @@ void ReleaseProjectionBuffers() {
   std::string().swap(ThreadPadded());
 }
 
-Projection Projection::Paths(absl::Span<const absl::string_view> paths) {
+Projection Projection::Paths(absl::Span<const absl::string_view> paths,
+                             absl::Span<const absl::string_view> text_paths) {
   Projection p;
   p.whole_ = false;
   for (absl::string_view path : paths) {
     p.AddPath(path);
+  }
+  for (absl::string_view path : text_paths) {
+    if (Projection* node = p.AddPath(path); node != nullptr) {
+      node->text_ = true;
+    }
   }
   return p;
 }
@@ -149,11 +194,11 @@ Projection Projection::Fields(
   return p;
 }
 
-void Projection::AddPath(absl::string_view path) {
+Projection* Projection::AddPath(absl::string_view path) {
   Projection* node = this;
   for (absl::string_view part : absl::StrSplit(path, '.')) {
     if (node->whole_) {
-      return;  // kept whole already
+      return nullptr;  // kept whole already
     }
     auto [it, inserted] = node->fields_.try_emplace(std::string(part));
     if (inserted) {
@@ -163,6 +208,7 @@ void Projection::AddPath(absl::string_view path) {
   }
   node->whole_ = true;
   node->fields_.clear();
+  return node;
 }
 
 const Projection* Projection::Field(absl::string_view name) const {
@@ -207,7 +253,10 @@ absl::StatusOr<json> ParseProjected(absl::string_view text, const Projection& pr
 }
 
 json Project(const json& value, const Projection& projection) {
-  if (projection.whole()) {
+  if (projection.text() && !value.is_array()) {
+    return value.dump();
+  }
+  if (projection.whole() && !projection.text()) {
     return value;
   }
   if (value.is_object()) {

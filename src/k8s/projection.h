@@ -14,7 +14,10 @@
 //    rest; a field named twice keeps the last, as a full parse does;
 //  - an array applies the projection to each element;
 //  - any other value (a string where an object was expected, null) is kept as it is, so a
-//    decoder reports the same error it would have without the projection.
+//    decoder reports the same error it would have without the projection;
+//  - a text path keeps its value as its JSON text, a string, or an array's elements each as
+//    its own text: for a consumer that decodes parts lazily (the cluster role decodes only the
+//    devices of a republished ResourceSlice whose text changed).
 // Malformed text is an error, as in a full parse. Values that the projection skips are checked
 // for their structure (brackets, strings, UTF-8), not for the spelling of their numbers and
 // literals.
@@ -37,18 +40,22 @@ class Projection {
   Projection() = default;
   // Keeps the values at these dotted paths ("metadata.name", "spec.resourceClaims"); a path
   // keeps its whole value, and a path under one already kept adds nothing.
-  static Projection Paths(absl::Span<const absl::string_view> paths);
+  static Projection Paths(absl::Span<const absl::string_view> paths,
+                          absl::Span<const absl::string_view> text_paths = {});
   // Keeps these fields of an object, each through its own projection.
   static Projection Fields(std::initializer_list<std::pair<const std::string, Projection>> fields);
 
   bool whole() const { return whole_; }
+  // Kept as JSON text (a text path).
+  bool text() const { return text_; }
   // The projection of field `name`, or null when it is dropped. Not for a whole projection.
   const Projection* Field(absl::string_view name) const;
 
  private:
-  void AddPath(absl::string_view path);
+  Projection* AddPath(absl::string_view path);
 
   bool whole_ = true;
+  bool text_ = false;
   std::map<std::string, Projection, std::less<>> fields_;
 };
 
@@ -60,7 +67,8 @@ absl::StatusOr<nlohmann::json> ParseProjected(absl::string_view text, const Proj
 // the calling thread's, e.g. once an informer's LIST is done.
 void ReleaseProjectionBuffers();
 
-// The same projection applied to a parsed value: what ParseProjected returns for its text.
+// The same projection applied to a parsed value: what ParseProjected returns for its text (a
+// text path's text is the value serialized, where ParseProjected keeps it as it was sent).
 nlohmann::json Project(const nlohmann::json& value, const Projection& projection);
 
 }  // namespace dralens::k8s

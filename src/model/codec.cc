@@ -868,6 +868,20 @@ DRALENS_KIND(Node, "v1", "Node")
 
 #undef DRALENS_KIND
 
+absl::StatusOr<SliceDevice> DecodeSliceDevice(const Json& json, size_t index) {
+  const std::string context = "decode ResourceSlice";
+  try {
+    const Path root;
+    const Path spec = root.Field("spec");
+    const Path devices = spec.Field("devices");
+    SliceDevice out;
+    RETURN_IF_ERROR_CTX(DecodeValue(json, devices.Index(index), &out), context);
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(context, ": ", e.what()));
+  }
+}
+
 Json Encode(const ObjectMeta& metadata) { return EncodeValue(metadata); }
 
 }  // namespace dralens::model

@@ -30,6 +30,11 @@ namespace dralens::model {
 template <typename T>
 absl::StatusOr<T> Decode(const nlohmann::json& json);
 
+// Device `index` of a ResourceSlice's spec.devices, decoded on its own (for a consumer that
+// decodes a slice's devices lazily); an error reads as Decode<ResourceSlice> reports it, e.g.
+//   decode ResourceSlice: spec.devices[3].attributes["uuid"]: expected object, got number
+absl::StatusOr<SliceDevice> DecodeSliceDevice(const nlohmann::json& json, size_t index);
+
 nlohmann::json Encode(const ResourceSlice& slice);
 nlohmann::json Encode(const ResourceClaim& claim);
 nlohmann::json Encode(const DeviceClass& device_class);

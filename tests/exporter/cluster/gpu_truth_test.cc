@@ -26,6 +26,7 @@
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
+#include "src/k8s/projection.h"
 #include "src/telemetry/tracing/tracer_impl.h"
 #include "tests/exporter/cluster/scenario_util.h"
 
@@ -547,7 +548,24 @@ TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
   Analyzer live(registry, tracer, AnalyzerOptions{{}, &clock});
   k8s::InformerHandlers classes = HandlersFor(k8s::kDeviceClasses, live);
   k8s::InformerHandlers nodes = HandlersFor(k8s::kNodes, live);
+  // The live analyzer gets its slices as the cluster role's informer hands them over: through
+  // ProjectionFor, devices as text, a republish decoding only the devices whose text changed.
+  // The analyzer derived from scratch below gets them whole.
   k8s::InformerHandlers slices = HandlersFor(k8s::kResourceSlices, live);
+  {
+    auto project = [](const json& slice) {
+      absl::StatusOr<json> parsed =
+          k8s::ParseProjected(slice.dump(), *ProjectionFor(k8s::kResourceSlices));
+      EXPECT_TRUE(parsed.ok()) << parsed.status();
+      return parsed.ok() ? *parsed : json();
+    };
+    k8s::InformerHandlers whole = slices;
+    slices.on_add = [whole, project](const json& o) { whole.on_add(project(o)); };
+    slices.on_update = [whole, project](const json& old, const json& o) {
+      whole.on_update(project(old), project(o));
+    };
+    slices.on_delete = [whole, project](const json& o) { whole.on_delete(project(o)); };
+  }
   k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, live);
   k8s::InformerHandlers pods = HandlersFor(k8s::kPods, live);
   for (const json& o : cluster.classes) {
@@ -568,7 +586,7 @@ TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
   live.SetNodesSynced();
 
   for (int step = 0; step < 12; ++step) {
-    switch (pick(7)) {
+    switch (pick(8)) {
       case 0:  // a claim goes away
         if (!cluster.claims.empty()) {
           const size_t i = pick(cluster.claims.size());
@@ -622,6 +640,16 @@ TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
           json& product = devices[pick(devices.size())]["attributes"]["productName"]["string"];
           product = kProducts[pick(std::size(kProducts))];
         }
+        slices.on_update(old, slice);
+        break;
+      }
+      case 7: {  // a slice moves to another node, its devices' text unchanged
+        if (cluster.nodes.empty()) {
+          break;
+        }
+        json& slice = cluster.slices[pick(cluster.slices.size())];
+        const json old = slice;
+        slice["spec"]["nodeName"] = cluster.nodes[pick(cluster.nodes.size())]["metadata"]["name"];
         slices.on_update(old, slice);
         break;
       }

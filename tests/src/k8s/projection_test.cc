@@ -177,5 +177,60 @@ TEST(ProjectionTest, WhitespaceAroundTheValueIsFine) {
   EXPECT_EQ(*got, json::parse(R"({"status": {"phase": "Running"}})"));
 }
 
+TEST(ProjectionTest, ATextPathKeepsEachElementAsItWasSent) {
+  const char text[] = R"({"spec": {"driver": "gpu.example.com", "skipped": 1,
+    "devices": [ {"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-\u00e9"}}} ,
+                 {"name":"gpu-1"},
+                 "a string", 12.50 , [1, {"x": 2}] ]}})";
+  const Projection p = Projection::Paths({"spec.driver"}, {"spec.devices"});
+  ASSERT_TRUE(p.Field("spec")->Field("devices")->text());
+  absl::StatusOr<json> got = ParseProjected(text, p);
+  ASSERT_TRUE(got.ok()) << got.status();
+  // The exact bytes of each element (escapes included), whitespace around it left out; an
+  // array in the array applies the same rule to its own elements.
+  const json want = {
+      {"spec",
+       {{"driver", "gpu.example.com"},
+        {"devices",
+         {R"({"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-\u00e9"}}})",
+          R"({"name":"gpu-1"})", R"("a string")", "12.50", json::array({"1", R"({"x": 2})"})}}}}};
+  EXPECT_EQ(*got, want);
+  // Each text parses to the element a full parse reads.
+  const json full = json::parse(text);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(json::parse((*got)["spec"]["devices"][i].get<std::string>()),
+              full["spec"]["devices"][i]);
+  }
+  // Project() of a parsed value keeps the same values, serialized.
+  const json projected = Project(full, p);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(json::parse(projected["spec"]["devices"][i].get<std::string>()),
+              full["spec"]["devices"][i]);
+  }
+}
+
+TEST(ProjectionTest, ATextPathThatIsNoArrayKeepsTheWholeValueAsText) {
+  absl::StatusOr<json> got = ParseProjected(R"({"spec": {"devices": {"name": "gpu-0"} }})",
+                                            Projection::Paths({}, {"spec.devices"}));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, json::parse(R"({"spec": {"devices": "{\"name\": \"gpu-0\"}"}})"));
+}
+
+TEST(ProjectionTest, ATextPathUnderAWholePathAddsNothing) {
+  const Projection p = Projection::Paths({"spec"}, {"spec.devices"});
+  EXPECT_TRUE(p.Field("spec")->whole());
+  EXPECT_FALSE(p.Field("spec")->text());
+  absl::StatusOr<json> got = ParseProjected(R"({"spec": {"devices": [{"name": "a"}]}})", p);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, json::parse(R"({"spec": {"devices": [{"name": "a"}]}})"));
+}
+
+TEST(ProjectionTest, MalformedTextUnderATextPathIsAnError) {
+  for (const char* text : {R"({"devices": [{"name": "a"]})", R"({"devices": [{"name": "a"})",
+                           R"({"devices": ["unterminated]})"}) {
+    EXPECT_FALSE(ParseProjected(text, Projection::Paths({}, {"devices"})).ok()) << text;
+  }
+}
+
 }  // namespace
 }  // namespace dralens::k8s

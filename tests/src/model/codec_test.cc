@@ -1,5 +1,7 @@
 #include "src/model/codec.h"
 
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -270,8 +272,11 @@ struct ErrorCase {
   const char* message;
 };
 
+// `also`, when given, decodes the same object another way; where it answers, it must report
+// exactly the same error.
 template <typename T>
-void ExpectErrors(const T& valid, absl::string_view kind, std::initializer_list<ErrorCase> cases) {
+void ExpectErrors(const T& valid, absl::string_view kind, std::initializer_list<ErrorCase> cases,
+                  const std::function<std::optional<absl::Status>(const Json&)>& also = nullptr) {
   for (const ErrorCase& c : cases) {
     Json j = Encode(valid);
     if (std::string(c.pointer).empty()) {
@@ -288,7 +293,46 @@ void ExpectErrors(const T& valid, absl::string_view kind, std::initializer_list<
     } else {
       EXPECT_EQ(decoded.status().message(), want) << c.pointer;
     }
+    if (also) {
+      if (std::optional<absl::Status> other = also(j); other.has_value()) {
+        EXPECT_EQ(*other, decoded.status()) << c.pointer;
+      }
+    }
   }
+}
+
+// A device decoded on its own reports what the slice's decode reports for it.
+std::optional<absl::Status> DeviceAlone(const Json& slice) {
+  const Json* devices = nullptr;
+  if (slice.is_object() && slice.contains("spec") && slice["spec"].is_object() &&
+      slice["spec"].contains("devices") && slice["spec"]["devices"].is_array()) {
+    devices = &slice["spec"]["devices"];
+  }
+  if (devices == nullptr) {
+    return std::nullopt;
+  }
+  for (size_t i = 0; i < devices->size(); ++i) {
+    absl::StatusOr<SliceDevice> device = DecodeSliceDevice((*devices)[i], i);
+    if (!device.ok()) {
+      return device.status();
+    }
+  }
+  return std::nullopt;  // the error is elsewhere in the slice
+}
+
+TEST(CodecTest, ADeviceDecodedAloneEqualsItsPartOfTheSlice) {
+  const ResourceSlice slice = FullSlice();
+  const Json j = Encode(slice);
+  ASSERT_FALSE(slice.spec.devices.empty());
+  for (size_t i = 0; i < slice.spec.devices.size(); ++i) {
+    absl::StatusOr<SliceDevice> device = DecodeSliceDevice(j["spec"]["devices"][i], i);
+    ASSERT_TRUE(device.ok()) << device.status();
+    EXPECT_EQ(*device, slice.spec.devices[i]);
+  }
+  absl::StatusOr<SliceDevice> bad = DecodeSliceDevice(J("[]"), 4);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "decode ResourceSlice: spec.devices[4]: expected object, got array");
 }
 
 TEST(CodecTest, SliceErrorsNameTheJsonPath) {
@@ -356,7 +400,8 @@ TEST(CodecTest, SliceErrorsNameTheJsonPath) {
           {"/spec/nodeSelector", R"({"nodeSelectorTerms": [{"matchFields": [{"values": "x"}]}]})",
            "spec.nodeSelector.nodeSelectorTerms[0].matchFields[0].values: expected array, got "
            "string"},
-      });
+      },
+      DeviceAlone);
 }
 
 TEST(CodecTest, ClaimErrorsNameTheJsonPath) {
