@@ -244,15 +244,6 @@ absl::StatusOr<CheckpointClaim> DecodeClaim(const json& c, const std::string& pa
 
 }  // namespace
 
-uint64_t Fnv1a64(absl::string_view data) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (unsigned char c : data) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
 std::string CheckpointChecksum(const json& file) {
   json body = file;
   if (body.is_object()) {

@@ -60,6 +60,7 @@
 #include "driver/sharing/planner.h"
 #include "nlohmann/json.hpp"
 #include "src/common/clock.h"
+#include "src/common/fnv.h"
 #include "src/model/device_type.h"
 
 namespace dralens::driver::prepare {
@@ -126,8 +127,7 @@ struct Checkpoint {
   bool operator==(const Checkpoint&) const = default;
 };
 
-// FNV-1a 64 of `data`.
-uint64_t Fnv1a64(absl::string_view data);
+using common::Fnv1a64;  // the checksum's hash (src/common/fnv.h)
 // "fnv1a64:<hex>" over the canonical serialisation of `file` minus its "checksum" member.
 std::string CheckpointChecksum(const nlohmann::json& file);
 
