@@ -16,7 +16,8 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
                    AnalyzerOptions options)
     : claims_(telemetry::BuildGauge(registry, "dralens_cluster_claims")),
       pending_claims_(telemetry::BuildGauge(registry, "dralens_cluster_pending_claims")),
-      pending_ages_(std::make_shared<ObjectSeries>("dralens_cluster_pending_claim_age_seconds")),
+      pending_ages_(std::make_shared<ObjectSeries>("dralens_cluster_pending_claim_age_seconds",
+                                                   options.clock)),
       allocation_latency_(
           telemetry::BuildHistogram(registry, "dralens_cluster_allocation_latency_seconds")),
       transitions_(telemetry::BuildCounter(registry, "dralens_cluster_claim_transitions_total")),
@@ -90,14 +91,16 @@ cel::Verdict Analyzer::MatchesAll(Device& device, const std::vector<int>& select
                     [&](size_t i) { return Evaluate(device, selectors[i], view); });
 }
 
-bool Analyzer::ByKey::operator()(const Device* a, const Device* b) const { return a->key < b->key; }
+bool Analyzer::ByOrder::operator()(const DeviceRef& a, const DeviceRef& b) const {
+  return a.order != b.order ? a.order < b.order : a.device->key < b.device->key;
+}
 
 void Analyzer::UnclassifyDevice(Device& device) {
   for (uint32_t c : device.class_ids) {
-    class_devices_[labels_.Value(c)].erase(&device);
+    class_devices_[labels_.Value(c)].erase({device.order, &device});
   }
   for (const std::string& c : device.unknown_classes) {
-    class_unknown_[c].erase(&device);
+    class_unknown_[c].erase({device.order, &device});
   }
   device.class_ids.clear();
   device.unknown_classes.clear();
@@ -117,10 +120,10 @@ void Analyzer::ClassifyDevice(Device& device, const cel::DeviceView* view) {
     cel::Verdict v = MatchesAll(device, selectors, view);
     if (v == cel::Verdict::kTrue) {
       device.class_ids.push_back(labels_.Id(name));
-      class_devices_[name].insert(&device);
+      class_devices_[name].insert({device.order, &device});
     } else if (v == cel::Verdict::kUnknown) {
       device.unknown_classes.push_back(name);
-      class_unknown_[name].insert(&device);
+      class_unknown_[name].insert({device.order, &device});
     }
   }
 }
@@ -174,12 +177,6 @@ void Analyzer::Tick() {
   }
   for (auto& [labels, series] : held_) {
     Accrue(*series, now);
-  }
-  for (const Key& key : pending_) {
-    Claim& claim = *state_.FindClaim(key);
-    if (claim.age) {
-      pending_ages_->SetValue(claim.key, std::max(0.0, absl::ToDoubleSeconds(now - claim.created)));
-    }
   }
 }
 

@@ -3,11 +3,11 @@
 // It holds the decoded claims, slices, classes, pods and nodes and, after every event, updates
 // only what that event touches: the claim's own series, the devices and nodes whose state
 // changed, and the pending claims whose verdict could have moved. A scrape renders series that
-// are already set (dralens_cluster_* in the registry given to the constructor, and the
-// per-claim age series in ObjectSeriesCollectable()); nothing is computed at scrape time. Tick()
-// (called periodically) refreshes pending ages and accrues the stranded and held GPU-seconds
-// and their cost;
-// accrual also happens whenever a series changes, so the counters are exact at every event.
+// are already set (dralens_cluster_* in the registry given to the constructor); the only value
+// computed at scrape time is a pending claim's age (ObjectSeriesCollectable(): now minus its
+// creation, so no timer walks the pending claims). Tick() (called periodically) accrues the
+// stranded and held GPU-seconds and their cost; accrual also happens whenever a series
+// changes, so the counters are exact at every event.
 //
 // How things are decided:
 //  - claim state: pending (no allocation), allocated, reserved (status.reservedFor set),
@@ -45,6 +45,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -103,8 +104,9 @@ class Analyzer {
   // `digests` has one entry per published device, in order: a hash of the device's JSON text and
   // of the slice's driver, pool name and node name (what of the slice a device record depends
   // on), or 0 when unknown. A device this slice already published under the same digest stays
-  // as it is without being decoded; `decode(i)` decodes device i for every other one. When one
-  // does not decode, the slice is left as it was and the error is returned.
+  // as it is without being decoded; `decode(i)` decodes device i for every other one, without
+  // the analyzer's lock held (it may run on the caller's thread while other events are
+  // applied). When one does not decode, the slice is left as it was and the error is returned.
   absl::Status UpsertSlice(const model::ResourceSlice& head, absl::Span<const uint64_t> digests,
                            absl::FunctionRef<absl::StatusOr<model::SliceDevice>(size_t)> decode)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -121,7 +123,7 @@ class Analyzer {
   // Every informer has synced: with derive_after_sync, derives the findings of everything
   // received so far, once; from then on each event updates what it touches. Idempotent.
   void SetSynced() ABSL_LOCKS_EXCLUDED(mu_);
-  // Refreshes pending ages and accrues device-seconds and cost up to now.
+  // Accrues device-seconds and cost up to now.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The current pending verdict of a claim ("ns/name"), for tests and /debug.
@@ -138,13 +140,17 @@ class Analyzer {
   std::optional<ClaimExplanation> Explain(const std::string& ns, const std::string& name,
                                           FunnelCache* funnels = nullptr,
                                           size_t scan_limit = SIZE_MAX) ABSL_LOCKS_EXCLUDED(mu_);
-  // The pending claims ("ns/name", uid, reason), for the Events on pending claims. O(pending).
-  struct PendingClaim {
-    std::string ns, name, uid;
+  // A pending claim as VisitPending shows it: views of the analyzer's record, valid during the
+  // call only.
+  struct PendingView {
+    absl::string_view key, ns, name, uid;  // key: "ns/name"
     PendingReason reason = PendingReason::kWaitingForPod;
     absl::Time created = absl::InfinitePast();
   };
-  std::vector<PendingClaim> PendingClaims() ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls `visit` with each pending claim that has a reason, in no set order, under the
+  // analyzer's lock: `visit` must not call the analyzer. O(pending) and copies nothing, for the
+  // Events pass, which walks every pending claim (20k at fleet scale) every few seconds.
+  void VisitPending(absl::FunctionRef<void(const PendingView&)> visit) ABSL_LOCKS_EXCLUDED(mu_);
   // The devices the pending claims `claims` (of namespace `ns`) lack when evaluated together: each
   // request, in order, takes free matching devices that no earlier request of these claims took
   // (within what shared counters have left); a firstAvailable request takes its first option
@@ -187,6 +193,10 @@ class Analyzer {
     const model::SliceDevice* decoded = nullptr;
     std::string held = {};
   };
+  // `devices`: one per digest, held (its key) where slice `name` already publishes a device of
+  // that digest, else to be decoded.
+  void MatchHeld(const std::string& name, absl::Span<const uint64_t> digests,
+                 std::vector<PublishedDevice>& devices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpsertSliceLocked(const model::ResourceSlice& slice,
                          const std::vector<PublishedDevice>& devices)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -259,7 +269,8 @@ class Analyzer {
   // `pools`: also recount the node's devices by class and state (dralens_cluster_pool_devices),
   // which only devices, taints, classes and allocations move; a claim's state does not.
   void RecomputeNode(const std::string& node, bool pools) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecomputePlaceable(const std::string& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecomputePlaceable(const std::string& node, NodeAggregate& agg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the fleet totals of dralens_cluster_pool_devices from a node's old counts to its new.
   void UpdatePoolTotals(const LabelTable<std::array<int, kPoolStates>>& before,
                         const LabelTable<std::array<int, kPoolStates>>& after)
@@ -267,14 +278,15 @@ class Analyzer {
   // Moves the fleet's held GPUs from a node's old tally to its new one, accruing first.
   void UpdateHeld(const LabelTable<double>& before, const LabelTable<double>& after, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The physical GPUs of a node, in GPU-equivalents by state and stranded kind. With `of_claim`,
-  // also adds what that claim holds on the node to `parts` by (class, product).
+  // The physical GPUs of a node, in GPU-equivalents by state and stranded kind. With `of_claim`
+  // (and `parts`), only what that claim holds on the node, added to `parts` by (class, product);
+  // the tally returned is then empty.
   GpuTally TallyGpus(const std::string& node, const Claim* of_claim = nullptr,
                      std::map<std::pair<std::string, std::string>, double>* parts = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GPU-seconds and cost of the claim's current allocation up to `now`, at today's prices;
-  // zero when it is not allocated or its allocation time is unknown. Sets `gpus` to what it
-  // holds.
+  // zero when it is not allocated or its allocation time is unknown. Sets `gpus` (when given)
+  // to what it holds.
   std::pair<double, double> CurrentSpend(const Claim& claim, absl::Time now, double* gpus)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One leaf request's funnel over the devices of its class (explain.h).
@@ -326,14 +338,24 @@ class Analyzer {
   std::map<std::string, std::vector<int>> classes_ ABSL_GUARDED_BY(mu_);  // name -> selectors
   // The objects and their indexes.
   ClusterState state_ ABSL_GUARDED_BY(mu_);
-  // class -> devices that match it for sure / whose verdict is unknown, in key order; a device
-  // leaves them before it is destroyed (UnclassifyDevice).
-  struct ByKey {
-    bool operator()(const Device* a, const Device* b) const;
+  // class -> devices that match it for sure / whose verdict is unknown, in a fixed order (a
+  // hash of the key, then the key): the same in every run, and cheap to keep at fleet scale,
+  // where a comparison of keys (long common prefixes, each behind a pointer) made adding and
+  // removing a device cost a cache miss per step. A device leaves them before it is destroyed
+  // (UnclassifyDevice).
+  struct DeviceRef {
+    uint64_t order;  // Device::order
+    Device* device;
   };
-  using DeviceSet = absl::btree_set<Device*, ByKey>;
+  struct ByOrder {
+    bool operator()(const DeviceRef& a, const DeviceRef& b) const;
+  };
+  using DeviceSet = absl::btree_set<DeviceRef, ByOrder>;
   std::map<std::string, DeviceSet> class_devices_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, DeviceSet> class_unknown_ ABSL_GUARDED_BY(mu_);
+  // Moves with every slice upserted or deleted: a republish that decoded its devices outside
+  // the lock knows whether what it found held is still so.
+  uint64_t slice_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // False while derive_after_sync holds back derivation until SetSynced().
   bool deriving_ ABSL_GUARDED_BY(mu_) = true;
 
@@ -344,7 +366,8 @@ class Analyzer {
   // reserve it.
   void PodChanged(const std::optional<ClusterState::ClaimList>& claims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::set<Key> pending_ ABSL_GUARDED_BY(mu_);
+  // The pending claims (Claim::pending), in no set order.
+  absl::flat_hash_set<Claim*> pending_ ABSL_GUARDED_BY(mu_);
   // Request shapes of the pending claims, with the pending claims that hold each, oldest first.
   std::map<std::string, std::unique_ptr<PendingShape>> pending_requests_ ABSL_GUARDED_BY(mu_);
 
@@ -383,7 +406,7 @@ class Analyzer {
   std::map<std::pair<std::string, std::string>, std::pair<prometheus::Gauge*, int>> prices_in_use_
       ABSL_GUARDED_BY(mu_);
   std::map<Transition, prometheus::Counter*> transition_counters_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string, std::unique_ptr<NodeAggregate>> node_aggregates_
+  absl::flat_hash_map<std::string, std::unique_ptr<NodeAggregate>> node_aggregates_
       ABSL_GUARDED_BY(mu_);
   // What claims hold, fleet-wide, by (namespace, class, product, usage state): the GPUs summed
   // over nodes, accrued into dralens_cluster_gpu_seconds_total and _cost_total (the product

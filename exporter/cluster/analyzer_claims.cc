@@ -113,8 +113,7 @@ void Analyzer::UpsertClaim(const model::ResourceClaim& obj) {
   const auto& allocation = obj.status.allocation;
   if (claim.allocated && !allocation.has_value()) {
     // Deallocated: what the allocation cost stays with the claim (explain, and its span).
-    double gpus = 0;
-    const auto [seconds, cost] = CurrentSpend(claim, clock_.Now(), &gpus);
+    const auto [seconds, cost] = CurrentSpend(claim, clock_.Now(), nullptr);
     claim.spent_gpu_seconds += seconds;
     claim.spent_cost += cost;
   }
@@ -157,6 +156,17 @@ void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std:
   if (touched.empty()) {
     return;
   }
+  // The class of its devices when one serves all (a device's own class, else the claim's).
+  claim.held_class = nullptr;
+  for (const auto& [key, cls] : claim.devices) {
+    const std::string* c = cls.empty() ? &claim.device_class() : &cls;
+    if (claim.held_class != nullptr && *claim.held_class != *c) {
+      claim.held_class = nullptr;
+      break;
+    }
+    claim.held_class = c;
+  }
+  claim.held_class_id = claim.held_class != nullptr ? labels_.Id(*claim.held_class) : 0;
   for (const Key& device : touched) {
     AllocationChanged(device);
   }
@@ -246,7 +256,7 @@ void Analyzer::RefreshClaimState(Claim& claim) {
 
 void Analyzer::EnterPending(Claim& claim) {
   claim.pending = true;
-  pending_.insert(claim.key);
+  pending_.insert(&claim);
   // free_while_pending goes to the class of the longest-pending claim that a node's free GPUs
   // could serve: when a shape appears or its longest-pending claim changes, only the nodes with
   // free devices that fit it can see their attribution move.
@@ -269,7 +279,7 @@ void Analyzer::EnterPending(Claim& claim) {
 
 void Analyzer::LeavePending(Claim& claim) {
   claim.pending = false;
-  pending_.erase(claim.key);
+  pending_.erase(&claim);
   for (const auto& r : claim.requests) {
     auto it = pending_requests_.find(r->signature);
     if (it == pending_requests_.end()) {
@@ -327,15 +337,11 @@ void Analyzer::UpdatePendingSeries(Claim& claim) {
                           {"device_class", claim.device_class()},
                           {"namespace", claim.ns()},
                           {"reason", std::string(ToString(*reason))}},
-                         0);
+                         claim.created);
       claim.age = true;
       LifecycleTracer::OnPending(*claim.span, *reason);
     }
     claim.reason = reason;
-  }
-  if (claim.age) {
-    pending_ages_->SetValue(claim.key,
-                            std::max(0.0, absl::ToDoubleSeconds(clock_.Now() - claim.created)));
   }
 }
 
@@ -373,7 +379,7 @@ PendingReason Analyzer::ScanReason(const Request& request) {
     return ReasonOf(counts);
   }
   counts.unknown = !class_unknown_[request.device_class].empty();
-  for (Device* device : class_devices_[request.device_class]) {
+  for (const auto& [order, device] : class_devices_[request.device_class]) {
     Device& d = *device;
     // The class surely matches these devices: what is left is the request's selectors and its
     // tolerations.

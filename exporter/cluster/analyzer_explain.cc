@@ -66,7 +66,7 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
       continue;
     }
     const bool sure = index == &class_devices_;
-    for (Device* device : keys->second) {
+    for (const auto& [order, device] : keys->second) {
       Device& d = *device;
       f.class_devices += sure;
       const fit::Match m = LeafMatch(*leaf, d);
@@ -82,7 +82,7 @@ RequestFunnel Analyzer::LeafFunnel(const std::shared_ptr<Request>& leaf) {
           ++f.free;
         } else if (allocated) {
           ++f.allocated;
-          if (const ClusterState::Holders* h = state_.HoldersOf(d.key); h != nullptr) {
+          if (const ClusterState::Holders* h = ClusterState::HoldersOf(d); h != nullptr) {
             for (const auto& [claim, consumed] : *h) {
               holders.insert(claim);
             }
@@ -261,7 +261,15 @@ std::optional<ClaimExplanation> Analyzer::Explain(const std::string& ns, const s
 }
 
 std::pair<double, double> Analyzer::CurrentSpend(const Claim& claim, absl::Time now, double* gpus) {
-  *gpus = 0;
+  if (gpus != nullptr) {
+    *gpus = 0;
+  }
+  const double seconds = claim.allocated && claim.allocation_time.has_value()
+                             ? std::max(0.0, absl::ToDoubleSeconds(now - *claim.allocation_time))
+                             : 0;
+  if (seconds == 0 && gpus == nullptr) {
+    return {0, 0};  // nothing spent, and what it holds is not asked for
+  }
   std::set<std::string> nodes;
   for (const auto& [key, cls] : claim.devices) {
     if (const Device* d = state_.FindDevice(key); d != nullptr) {
@@ -272,32 +280,25 @@ std::pair<double, double> Analyzer::CurrentSpend(const Claim& claim, absl::Time 
   for (const std::string& node : nodes) {
     TallyGpus(node, &claim, &held);
   }
-  const double seconds = claim.allocated && claim.allocation_time.has_value()
-                             ? std::max(0.0, absl::ToDoubleSeconds(now - *claim.allocation_time))
-                             : 0;
   double gpu_seconds = 0;
   double cost = 0;
   for (const auto& [class_product, part] : held) {
-    *gpus += part;
+    if (gpus != nullptr) {
+      *gpus += part;
+    }
     gpu_seconds += part * seconds;
     cost += part * seconds / 3600 * prices_.PriceOf(class_product.first, class_product.second);
   }
   return {gpu_seconds, cost};
 }
 
-std::vector<Analyzer::PendingClaim> Analyzer::PendingClaims() {
+void Analyzer::VisitPending(absl::FunctionRef<void(const PendingView&)> visit) {
   absl::MutexLock lock(&mu_);
-  std::vector<PendingClaim> out;
-  out.reserve(pending_.size());
-  for (const Key& key : pending_) {
-    const Claim* found = state_.FindClaim(key);
-    if (found == nullptr || !found->reason.has_value()) {
-      continue;
+  for (const Claim* c : pending_) {
+    if (c->reason.has_value()) {
+      visit({c->key, c->ns(), c->name, c->uid, *c->reason, c->created});
     }
-    const Claim& c = *found;
-    out.push_back({c.ns(), std::string(c.name), c.uid, *c.reason, c.created});
   }
-  return out;
 }
 
 }  // namespace dralens::exporter::cluster

@@ -39,7 +39,7 @@ int64_t Analyzer::ShortTogether(const std::string& ns, const std::vector<std::st
     int64_t matching = 0;
     std::set<Key> local;
     std::map<std::string, std::map<std::string, double>> local_consumed;
-    for (Device* device : keys->second) {
+    for (const auto& [order, device] : keys->second) {
       Device& d = *device;
       if (LeafMatch(leaf, d) != fit::Match::kMatch) {
         continue;

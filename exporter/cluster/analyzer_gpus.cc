@@ -20,15 +20,15 @@ void Analyzer::Flush() {
   }
   // A claim's reason is a function of its requests' reasons, so only the claims of a shape
   // whose reason moved are touched: an allocation that crosses no threshold touches no claim.
-  // (Ages are refreshed by Tick.)
+  // (Ages are computed at scrape time.)
   if (rederive_all_) {
     rederive_all_ = false;
     dirty_leaves_.clear();
     for (auto& [signature, leaf] : leaves_) {
       leaf->last = ReasonOfLeaf(*leaf);
     }
-    for (const Key& key : pending_) {
-      UpdatePendingSeries(*state_.FindClaim(key));
+    for (Claim* claim : pending_) {
+      UpdatePendingSeries(*claim);
     }
   } else if (!dirty_leaves_.empty()) {
     std::set<std::string> dirty;
@@ -130,6 +130,15 @@ Analyzer::GpuTally Analyzer::TallyGpus(
     }
     const absl::Span<Device* const> devices(&on_node[begin], end - begin);
     begin = end;
+    if (of_claim != nullptr &&
+        std::none_of(devices.begin(), devices.end(), [of_claim](const Device* d) {
+          const ClusterState::Holders* holders = ClusterState::HoldersOf(*d);
+          return holders != nullptr &&
+                 std::any_of(holders->begin(), holders->end(),
+                             [of_claim](const auto& holder) { return holder.first == of_claim; });
+        })) {
+      continue;  // only the claim's parts are asked for, and it holds nothing of this GPU
+    }
     const Device& first = *devices.front();
     const CounterSet* set = nullptr;
     if (!first.consumes.empty()) {
@@ -148,6 +157,9 @@ Analyzer::GpuTally Analyzer::TallyGpus(
       bool unavailable;
     };
     auto class_of = [](const Claim& claim, const Key& device) -> const std::string* {
+      if (claim.held_class != nullptr) {
+        return claim.held_class;  // every device it holds is of one class
+      }
       for (const auto& [key, cls] : claim.devices) {
         if (key == device && !cls.empty()) {
           return &cls;
@@ -212,12 +224,18 @@ Analyzer::GpuTally Analyzer::TallyGpus(
         tally.stranded[{{static_cast<uint32_t>(*f.stranded), product, cls}}] += gpus;
       }
     };
+    if (of_claim != nullptr) {
+      for (const Held& h : held) {
+        if (h.claim == of_claim) {
+          (*parts)[{*h.device_class, first.product()}] += h.gpus;
+        }
+      }
+      continue;  // the rest of the GPU is not the claim's
+    }
     double allocated = 0;
     for (const Held& h : held) {
-      if (parts != nullptr && h.claim == of_claim) {
-        (*parts)[{*h.device_class, first.product()}] += h.gpus;
-      }
-      const uint32_t cls = labels_.Id(*h.device_class);
+      const uint32_t cls = h.device_class == h.claim->held_class ? h.claim->held_class_id
+                                                                 : labels_.Id(*h.device_class);
       if (h.gpus > 0) {
         // Showback counts what a claim holds whether or not its device is usable now.
         const Usage usage =
@@ -348,7 +366,7 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools) {
   }
   UpdateHeld(agg.held, tally.held, now);
   agg.held = std::move(tally.held);
-  RecomputePlaceable(node);
+  RecomputePlaceable(node, agg);
 }
 
 void Analyzer::UpdateHeld(const LabelTable<double>& before, const LabelTable<double>& after,
@@ -452,8 +470,7 @@ void Analyzer::UpdatePoolTotals(const LabelTable<std::array<int, kPoolStates>>& 
   }
 }
 
-void Analyzer::RecomputePlaceable(const std::string& node) {
-  NodeAggregate& agg = *node_aggregates_[node];
+void Analyzer::RecomputePlaceable(const std::string& node, NodeAggregate& agg) {
   std::map<std::vector<std::string>, double> placeable;
   // The node's counter sets, found through its devices: O(devices of the node), not O(sets of
   // the fleet).
@@ -474,7 +491,7 @@ void Analyzer::RecomputePlaceable(const std::string& node) {
       std::string profile =
           !d.profile().empty() ? d.profile() : (!d.type().empty() ? d.type() : "device");
       auto& list = by_profile[profile];
-      if (!d.tainted && state_.HoldersOf(key) == nullptr) {
+      if (!d.tainted && ClusterState::HoldersOf(d) == nullptr) {
         list.push_back(&d);
       }
     }

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -59,11 +60,8 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
   UpsertSliceLocked(slice, devices);
 }
 
-absl::Status Analyzer::UpsertSlice(
-    const model::ResourceSlice& head, absl::Span<const uint64_t> digests,
-    absl::FunctionRef<absl::StatusOr<model::SliceDevice>(size_t)> decode) {
-  absl::MutexLock lock(&mu_);
-  const std::string& name = head.metadata.name;
+void Analyzer::MatchHeld(const std::string& name, absl::Span<const uint64_t> digests,
+                         std::vector<PublishedDevice>& devices) {
   // The devices this slice published last time, by digest.
   absl::flat_hash_map<uint64_t, const Key*> held;
   if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
@@ -74,14 +72,32 @@ absl::Status Analyzer::UpsertSlice(
       }
     }
   }
-  std::vector<model::SliceDevice> decoded;  // reserved: the records below point into it
-  decoded.reserve(digests.size());
-  std::vector<PublishedDevice> devices(digests.size());
+  devices.assign(digests.size(), PublishedDevice{});
   for (size_t i = 0; i < digests.size(); ++i) {
     devices[i].digest = digests[i];
     if (auto h = held.find(digests[i]); digests[i] != 0 && h != held.end()) {
       devices[i].held = *h->second;
       held.erase(h);  // the same text twice in one slice: the second one is decoded
+    }
+  }
+}
+
+absl::Status Analyzer::UpsertSlice(
+    const model::ResourceSlice& head, absl::Span<const uint64_t> digests,
+    absl::FunctionRef<absl::StatusOr<model::SliceDevice>(size_t)> decode) {
+  const std::string& name = head.metadata.name;
+  std::vector<PublishedDevice> devices;
+  uint64_t epoch = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    epoch = slice_epoch_;
+    MatchHeld(name, digests, devices);
+  }
+  // Decoding is most of a republish's CPU, so it happens outside the lock: claim and pod events
+  // go on meanwhile. A deque: the records below point into it as it grows.
+  std::deque<model::SliceDevice> decoded;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!devices[i].held.empty()) {
       continue;
     }
     absl::StatusOr<model::SliceDevice> device = decode(i);
@@ -91,12 +107,32 @@ absl::Status Analyzer::UpsertSlice(
     decoded.push_back(*std::move(device));
     devices[i].decoded = &decoded.back();
   }
+  absl::MutexLock lock(&mu_);
+  if (slice_epoch_ != epoch) {
+    // Another slice event came in between: what this slice holds is asked again, and a device
+    // it no longer holds as it is is decoded now.
+    std::vector<PublishedDevice> now;
+    MatchHeld(name, digests, now);
+    for (size_t i = 0; i < devices.size(); ++i) {
+      now[i].decoded = devices[i].decoded;
+      if (now[i].held.empty() && now[i].decoded == nullptr) {
+        absl::StatusOr<model::SliceDevice> device = decode(i);
+        if (!device.ok()) {
+          return device.status();
+        }
+        decoded.push_back(*std::move(device));
+        now[i].decoded = &decoded.back();
+      }
+    }
+    devices = std::move(now);
+  }
   UpsertSliceLocked(head, devices);
   return absl::OkStatus();
 }
 
 void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
                                  const std::vector<PublishedDevice>& devices) {
+  ++slice_epoch_;
   const std::string& name = slice.metadata.name;
   const model::ResourceSliceSpec& spec = slice.spec;
   const std::string slice_node = spec.node_name.value_or("");
@@ -166,6 +202,7 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
     }
     auto d = std::make_unique<Device>();
     d->key = std::move(key);
+    d->order = OrderOf(d->key);
     d->digest = p.digest;
     d->slice = name;
     d->pool = spec.pool.name;
@@ -230,7 +267,7 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
   // Claims holding a device published now may learn where it is.
   std::set<Claim*, ByClaimKey> holders;
   for (const Device* device : changed) {
-    if (const ClusterState::Holders* h = state_.HoldersOf(device->key); h != nullptr) {
+    if (const ClusterState::Holders* h = ClusterState::HoldersOf(*device); h != nullptr) {
       for (const auto& [claim, consumed] : *h) {
         holders.insert(claim);
       }
@@ -257,6 +294,7 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
 
 void Analyzer::DeleteSlice(const std::string& name) {
   absl::MutexLock lock(&mu_);
+  ++slice_epoch_;
   std::set<std::string> touched;
   RemoveSliceLocked(name, touched);
   for (const std::string& node : touched) {

@@ -85,7 +85,7 @@ void Analyzer::RecountLeaf(LeafCounts& leaf) {
     if (keys == index->end()) {
       continue;
     }
-    for (Device* device : keys->second) {
+    for (const auto& [order, device] : keys->second) {
       Device& d = *device;
       if (!d.counted) {
         continue;
@@ -189,8 +189,7 @@ void Analyzer::DeleteClaimLocked(const Key& key) {
     LeavePending(claim);
   }
   // What the claim cost over its life, for its lifecycle span.
-  double gpus = 0;
-  const auto [seconds, cost] = CurrentSpend(claim, clock_.Now(), &gpus);
+  const auto [seconds, cost] = CurrentSpend(claim, clock_.Now(), nullptr);
   SetClaimAllocations(claim, {}, {});
   state_.SetReservations(claim, {});
   if (claim.has_state) {

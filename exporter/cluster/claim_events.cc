@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <tuple>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -25,6 +24,15 @@ ClaimEventRecorder::ClaimEventRecorder(Analyzer& analyzer, ClaimEventSink& sink,
 
 void ClaimEventRecorder::Reset() { written_.clear(); }
 
+int ClaimEventRecorder::TokensAt(absl::Time now) const {
+  double tokens = tokens_;
+  if (refilled_ != absl::InfinitePast()) {
+    tokens = std::min<double>(options_.burst,
+                              tokens + absl::ToDoubleSeconds(now - refilled_) * options_.qps);
+  }
+  return static_cast<int>(tokens);
+}
+
 bool ClaimEventRecorder::TakeToken(absl::Time now) {
   if (refilled_ != absl::InfinitePast()) {
     tokens_ = std::min<double>(options_.burst,
@@ -42,55 +50,63 @@ void ClaimEventRecorder::Count(const std::string& reason, const char* result) {
   events_.Add({{"reason", reason}, {"result", result}}).Increment();
 }
 
+bool ClaimEventRecorder::Due::operator<(const Due& other) const {
+  return std::tie(order, since, ns, name) <
+         std::tie(other.order, other.since, other.ns, other.name);
+}
+
 int ClaimEventRecorder::Step() {
   const absl::Time now = clock_.Now();
-  std::vector<Analyzer::PendingClaim> pending = analyzer_.PendingClaims();
-  std::unordered_set<std::string> keys;
-  keys.reserve(pending.size());
+  const uint64_t pass = ++pass_;
   // What is due: claims never written or whose reason moved first, then repeats, oldest first.
-  struct Due {
-    int order;         // 0: new or changed, 1: repeat
-    absl::Time since;  // 0: when it was created; 1: when it was last written
-    Analyzer::PendingClaim* claim;
-  };
+  // Only as many as the bucket can write this pass are kept (a max-heap: the last to be written
+  // on top); the rest wait for a later pass, as they would behind an empty bucket.
+  const size_t budget = static_cast<size_t>(std::max(0, TokensAt(now)));
   std::vector<Due> due;
-  for (Analyzer::PendingClaim& c : pending) {
-    std::string key = absl::StrCat(c.ns, "/", c.name);
-    auto w = written_.find(key);
+  auto offer = [&](int order, absl::Time since, const Analyzer::PendingView& c) {
+    if (budget == 0) {
+      return;
+    }
+    if (due.size() == budget) {
+      const Due& last = due.front();
+      if (std::tie(order, since, c.ns, c.name) >=
+          std::tie(last.order, last.since, last.ns, last.name)) {
+        return;
+      }
+      std::pop_heap(due.begin(), due.end());
+      due.pop_back();
+    }
+    due.push_back(
+        {order, since, std::string(c.ns), std::string(c.name), std::string(c.uid), c.reason});
+    std::push_heap(due.begin(), due.end());
+  };
+  analyzer_.VisitPending([&](const Analyzer::PendingView& c) {
+    auto w = written_.find(c.key);
+    if (w != written_.end()) {
+      w->second.pass = pass;  // still pending: remembered
+    }
     if (now - c.created < options_.min_pending) {
       // Too young to say anything about; not forgotten if it was written before.
     } else if (w == written_.end() || w->second.uid != c.uid) {
-      due.push_back({0, c.created, &c});
+      offer(0, c.created, c);
     } else if (w->second.reason != c.reason) {
       if (now - w->second.at >= options_.min_interval) {
-        due.push_back({0, c.created, &c});
+        offer(0, c.created, c);
       }
     } else if (now - w->second.at >= options_.repeat) {
-      due.push_back({1, w->second.at, &c});
+      offer(1, w->second.at, c);
     }
-    keys.insert(std::move(key));
-  }
-  for (auto it = written_.begin(); it != written_.end();) {
-    it = keys.count(it->first) > 0 ? std::next(it) : written_.erase(it);
-  }
-  std::sort(due.begin(), due.end(), [](const Due& a, const Due& b) {
-    if (a.order != b.order) {
-      return a.order < b.order;
-    }
-    if (a.since != b.since) {
-      return a.since < b.since;
-    }
-    return std::tie(a.claim->ns, a.claim->name) < std::tie(b.claim->ns, b.claim->name);
   });
+  absl::erase_if(written_, [pass](const auto& entry) { return entry.second.pass != pass; });
+  std::sort_heap(due.begin(), due.end());
   int writes = 0;
   // One scan per request shape per pass: at fleet scale most pending claims share a few shapes.
   Analyzer::FunnelCache funnels;
-  for (const Due& d : due) {
-    const Analyzer::PendingClaim& c = *d.claim;
+  for (const Due& c : due) {
     std::optional<ClaimExplanation> e =
         analyzer_.Explain(c.ns, c.name, &funnels, options_.scan_limit);
     if (!e.has_value() || e->state != ClaimState::kPending || !e->reason.has_value()) {
-      continue;  // gone or allocated since PendingClaims()
+      continue;  // gone or allocated since the walk
     }
     if (!TakeToken(now)) {
       break;
@@ -98,14 +114,14 @@ int ClaimEventRecorder::Step() {
     if (gangs_ != nullptr) {
       e->gang = gangs_->GangOfClaim(c.ns, c.name);
     }
-    // The reason the analyzer's series give (what PendingClaims() compares against next pass),
+    // The reason the analyzer's series give (what the walk compares against next pass),
     // not one re-derived by the scan, so that the two can never make the pass write again.
     const std::string reason = EventReason(c.reason);
     const std::string note = PendingNote(*e);
     const std::string key = absl::StrCat(c.ns, "/", c.name);
     ++writes;
     auto w = written_.find(key);
-    if (d.order == 1 && w != written_.end() && w->second.note == note &&
+    if (c.order == 1 && w != written_.end() && w->second.note == note &&
         w->second.reason == c.reason) {
       absl::Status s = sink_.UpdateSeries(c.ns, w->second.event, w->second.count + 1, now);
       if (s.ok()) {
@@ -136,7 +152,7 @@ int ClaimEventRecorder::Step() {
       Count(reason, "failed");
       continue;
     }
-    written_[key] = Written{c.uid, c.reason, *name, note, 1, now};
+    written_[key] = Written{c.uid, c.reason, *name, note, 1, now, pass};
     Count(reason, "created");
   }
   return writes;

@@ -14,7 +14,8 @@
 // Writes are rate-limited fleet-wide (a token bucket of `qps` and `burst`); what the bucket
 // does not allow waits for the next pass: first the claims never written or whose reason moved,
 // longest pending first, then the repeats, longest unwritten first. A failed write is retried
-// next pass.
+// next pass. A pass walks the pending claims in place (Analyzer::VisitPending) and keeps only
+// the few the bucket lets it write: O(pending) lookups and no copy of a claim that waits.
 // A claim that stops pending is forgotten: if it pends again, it gets a new Event.
 //
 // dralens_cluster_claim_events_total{reason, result} counts the writes (created,
@@ -23,8 +24,8 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -93,7 +94,19 @@ class ClaimEventRecorder {
     std::string note;
     int32_t count = 1;
     absl::Time at;
+    uint64_t pass = 0;  // the last pass that saw the claim pending
   };
+  // A claim due for a write this pass.
+  struct Due {
+    int order = 0;     // 0: never written, or its reason moved; 1: a repeat
+    absl::Time since;  // order 0: when it was created; 1: when it was last written
+    std::string ns, name, uid;
+    PendingReason reason = PendingReason::kWaitingForPod;
+    // Which is written first: order, then since, then namespace and name.
+    bool operator<(const Due& other) const;
+  };
+  // The whole tokens the bucket holds at `now` (what a pass can write at most).
+  int TokensAt(absl::Time now) const;
   bool TakeToken(absl::Time now);
   void Count(const std::string& reason, const char* result);
 
@@ -103,7 +116,8 @@ class ClaimEventRecorder {
   prometheus::Family<prometheus::Counter>& events_;
   const ClaimEventOptions options_;
   common::Clock& clock_;
-  std::unordered_map<std::string, Written> written_;  // by "ns/name"
+  absl::flat_hash_map<std::string, Written> written_;  // by "ns/name"
+  uint64_t pass_ = 0;
   double tokens_;
   absl::Time refilled_ = absl::InfinitePast();
 };

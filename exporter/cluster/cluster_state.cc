@@ -4,12 +4,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "src/common/fnv.h"
 
 namespace dralens::exporter::cluster {
 
 std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::string_view device) {
   return absl::StrCat(driver, "/", pool, "/", device);
 }
+
+uint64_t OrderOf(absl::string_view key) { return common::Fnv1a64(key); }
 
 // --- devices -----------------------------------------------------------------------------------
 
@@ -37,6 +40,8 @@ Device& ClusterState::AddDevice(std::unique_ptr<Device> device) {
       set->second->devices.insert(d.key);
     }
   }
+  auto held = allocations_.find(d.key);
+  d.holders = held == allocations_.end() ? nullptr : &held->second;
   const absl::string_view view = d.key;  // the map's key lives in the device it holds
   devices_.emplace(view, std::move(device));
   return d;
@@ -103,7 +108,7 @@ const CounterSet* ClusterState::RecountUsed(const Key& key) {
   set.used.clear();
   for (const Key& device_key : set.devices) {
     const Device* d = FindDevice(device_key);
-    if (d == nullptr || HoldersOf(device_key) == nullptr) {
+    if (d == nullptr || HoldersOf(*d) == nullptr) {
       continue;
     }
     for (const auto& [consumed_set, counters] : d->consumes) {
@@ -211,6 +216,10 @@ const ClusterState::Holders* ClusterState::HoldersOf(absl::string_view device) c
   return it == allocations_.end() || it->second.empty() ? nullptr : &it->second;
 }
 
+const ClusterState::Holders* ClusterState::HoldersOf(const Device& device) {
+  return device.holders == nullptr || device.holders->empty() ? nullptr : device.holders;
+}
+
 std::set<ClusterState::Key> ClusterState::SetAllocations(
     Claim& claim, std::vector<std::pair<Key, std::string>> devices,
     std::map<Key, std::map<std::string, double>> consumed) {
@@ -236,13 +245,22 @@ std::set<ClusterState::Key> ClusterState::SetAllocations(
     if (a != allocations_.end()) {
       std::erase_if(a->second, [&](const auto& holder) { return holder.first == &claim; });
       if (a->second.empty()) {
+        if (Device* d = FindDevice(device); d != nullptr) {
+          d->holders = nullptr;
+        }
         allocations_.erase(a);
       }
     }
     touched.insert(device);
   }
   for (auto& [device, capacity] : consumed) {
-    Holders& holders = allocations_[device];
+    auto [entry, created] = allocations_.try_emplace(device);
+    Holders& holders = entry->second;
+    if (created) {
+      if (Device* d = FindDevice(device); d != nullptr) {
+        d->holders = &holders;
+      }
+    }
     auto at = std::lower_bound(
         holders.begin(), holders.end(), claim.key,
         [](const auto& holder, const Key& key) { return holder.first->key < key; });
@@ -258,7 +276,7 @@ std::set<ClusterState::Key> ClusterState::SetAllocations(
 }
 
 bool ClusterState::DeviceAllocated(const Device& device) const {
-  const Holders* holders = HoldersOf(device.key);
+  const Holders* holders = HoldersOf(device);
   if (holders == nullptr) {
     return false;
   }
@@ -282,7 +300,7 @@ bool ClusterState::DeviceAllocated(const Device& device) const {
 }
 
 bool ClusterState::DeviceBlocked(const Device& device) const {
-  if (HoldersOf(device.key) != nullptr) {
+  if (HoldersOf(device) != nullptr) {
     return false;  // its own allocation holds the counters
   }
   return fit::FitCounters(device.consumes,
@@ -298,7 +316,7 @@ bool ClusterState::DeviceFree(const Device& device) const {
 std::vector<std::pair<const Claim*, double>> ClusterState::HolderShares(
     const Device& device) const {
   std::vector<std::pair<const Claim*, double>> shares;
-  const Holders* holders = HoldersOf(device.key);
+  const Holders* holders = HoldersOf(device);
   if (holders == nullptr) {
     return shares;
   }

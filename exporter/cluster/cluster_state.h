@@ -32,6 +32,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "exporter/cluster/compact_spec.h"
@@ -51,6 +52,8 @@ inline const std::string kNoName;
 
 // "driver/pool/device": a device's (or a counter set's) key across pools.
 std::string DeviceKey(absl::string_view driver, absl::string_view pool, absl::string_view device);
+// Device::order of a key.
+uint64_t OrderOf(absl::string_view key);
 
 // What a Node contributes: whether its driver can serve (Ready, not gone).
 struct NodeInfo {
@@ -71,8 +74,15 @@ struct Request {
   std::vector<std::shared_ptr<Request>> alternatives;  // firstAvailable: any one will do
 };
 
+struct Claim;
+// A device's holders, in claim key order, with the capacity each consumes (name -> value).
+using Holders = std::vector<std::pair<Claim*, std::map<std::string, double>>>;
+
 struct Device {
   std::string key;  // DeviceKey
+  // A hash of `key` that does not change from run to run: the device's place in the analyzer's
+  // class indexes (OrderOf).
+  uint64_t order = 0;
   std::string slice;
   std::string pool, node;
   uint32_t driver_id = 0, product_id = 0;  // LabelIds of driver and product
@@ -87,6 +97,10 @@ struct Device {
   const std::string& type() const { return *type_name; }
   const std::string& profile() const { return *profile_name; }
   CompactSpec spec;  // what the analysis reads of the published device
+  // The holders' entry of its key in the store (ClusterState keeps it), or null: a node's
+  // recompute asks whether each of its devices is held several times, and a lookup by key
+  // costs a hash of the key and a cache miss or two at fleet scale.
+  const Holders* holders = nullptr;
   // A hash of its published text and of what of its slice it depends on (Analyzer::UpsertSlice);
   // 0 when it came decoded, without its text.
   uint64_t digest = 0;
@@ -132,6 +146,11 @@ struct Claim {
   std::vector<std::string> reserved_pods;                    // "ns/name"
   bool allocated = false;
   std::optional<absl::Time> allocation_time;
+  // The class its devices were allocated for, when they all were for one (the usual case), and
+  // its LabelIds id; else null. Set by the analyzer with `devices`: a node's tally asks the class
+  // of every held device, which otherwise means a search of `devices` by key.
+  const std::string* held_class = nullptr;
+  uint32_t held_class_id = 0;
   // Derived by the analyzer.
   bool has_state = false;
   ClaimState state = ClaimState::kPending;
@@ -155,8 +174,7 @@ class ClusterState {
   // By key: a view of the record's own key, so each key is kept once.
   using DeviceMap = absl::flat_hash_map<absl::string_view, std::unique_ptr<Device>>;
   using ClaimMap = absl::flat_hash_map<absl::string_view, std::unique_ptr<Claim>>;
-  // A device's holders, in claim key order, with the capacity each consumes (name -> value).
-  using Holders = std::vector<std::pair<Claim*, std::map<std::string, double>>>;
+  using Holders = cluster::Holders;
   // What one ResourceSlice published.
   struct Slice {
     std::vector<Key> devices;
@@ -227,6 +245,8 @@ class ClusterState {
   // --- allocations ---
   // The claims that hold a device, in claim key order; null when none does.
   const Holders* HoldersOf(absl::string_view device) const;
+  // The same for a device in the store, without a lookup.
+  static const Holders* HoldersOf(const Device& device);
   // Sets what a claim holds: (device key, class of its request) and the capacity it consumes
   // of each device. Returns the devices whose holders changed (before or after), in key
   // order; none when the claim held exactly this already.
@@ -268,13 +288,14 @@ class ClusterState {
   // a set that comes later finds its consumers here instead of scanning every device.
   std::unordered_map<Key, std::set<Key>> consumers_;
   std::unordered_map<std::string, Slice> slices_;
-  std::unordered_map<std::string, NodeInfo> nodes_;
+  absl::flat_hash_map<std::string, NodeInfo> nodes_;
   bool nodes_synced_ = false;
   ClaimMap claims_;
   // The requests claims hold, by signature and names: equal requests are shared.
   std::unordered_map<std::string, std::weak_ptr<Request>> requests_;
   size_t live_request_keys_ = 0;
-  absl::flat_hash_map<Key, Holders> allocations_;
+  // Nodes, not slots: a device keeps a pointer to its entry (Device::holders).
+  absl::node_hash_map<Key, Holders> allocations_;
   // For pods in the cache or reserved by a claim (one record for both: a claim may name a pod
   // before its informer delivers it).
   absl::flat_hash_map<Key, Pod> pods_;

@@ -1,29 +1,28 @@
 #include "exporter/cluster/object_series.h"
 
+#include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "src/telemetry/catalog.h"
 
 namespace dralens::exporter::cluster {
 
-ObjectSeries::ObjectSeries(const std::string& name)
-    : name_(name), help_(telemetry::Spec(name).help) {}
+ObjectSeries::ObjectSeries(const std::string& name, common::Clock* clock)
+    : name_(name),
+      help_(telemetry::Spec(name).help),
+      clock_(clock != nullptr ? *clock : common::RealClock()) {}
 
-void ObjectSeries::Set(const std::string& key, std::vector<prometheus::ClientMetric::Label> labels,
-                       double value) {
-  Series series;
-  series.text = telemetry::LabelText(labels);
-  series.value = value;
-  absl::MutexLock lock(&mu_);
-  series_[key] = std::move(series);
+double ObjectSeries::Age(const Series& series, absl::Time now) {
+  return std::max(0.0, absl::ToDoubleSeconds(now - series.since));
 }
 
-void ObjectSeries::SetValue(const std::string& key, double value) {
+void ObjectSeries::Set(const std::string& key, std::vector<prometheus::ClientMetric::Label> labels,
+                       absl::Time since) {
+  Series series;
+  series.text = telemetry::LabelText(labels);
+  series.since = since;
   absl::MutexLock lock(&mu_);
-  if (auto it = series_.find(key); it != series_.end()) {
-    it->second.value = value;
-  }
+  series_[key] = std::move(series);
 }
 
 void ObjectSeries::Erase(const std::string& key) {
@@ -41,6 +40,7 @@ std::vector<prometheus::MetricFamily> ObjectSeries::Collect() const {
   family.name = name_;
   family.help = help_;
   family.type = prometheus::MetricType::Gauge;
+  const absl::Time now = clock_.Now();
   {
     absl::MutexLock lock(&mu_);
     if (series_.empty()) {
@@ -50,7 +50,7 @@ std::vector<prometheus::MetricFamily> ObjectSeries::Collect() const {
     for (const auto& [key, series] : series_) {
       prometheus::ClientMetric metric;
       metric.label = telemetry::LabelsOfText(series.text);
-      metric.gauge.value = series.value;
+      metric.gauge.value = Age(series, now);
       family.metric.push_back(std::move(metric));
     }
   }
@@ -59,14 +59,17 @@ std::vector<prometheus::MetricFamily> ObjectSeries::Collect() const {
 
 void ObjectSeries::AppendText(telemetry::TextWriter& out,
                               telemetry::ExpositionFormat format) const {
+  // One time for the whole scrape, so that ages of one scrape are comparable.
+  const absl::Time now = clock_.Now();
   telemetry::AppendInPieces(
       mu_, series_, out,
       [&](std::string* buffer) {
         telemetry::AppendHeader(buffer, name_, help_, prometheus::MetricType::Gauge, format);
       },
-      [&](std::string* buffer, const std::string&, const Series& series) {
-        telemetry::AppendTextSample(buffer, name_, series.text, series.value);
-      });
+      [&](std::string* buffer, const auto& entry) {
+        telemetry::AppendTextSample(buffer, name_, entry.second.text, Age(entry.second, now));
+      },
+      [](const auto& entry) { return entry.first; });
 }
 
 }  // namespace dralens::exporter::cluster

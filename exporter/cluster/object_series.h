@@ -1,10 +1,13 @@
 // ObjectSeries: one gauge family whose series belong to objects (one per pending claim), kept
-// by object key so that adding, updating and deleting a series costs O(log n).
+// by object key so that adding and deleting a series costs O(log n). Each series reads the
+// seconds since a time of its object (a claim's creation): the value is computed when the
+// series is collected, so nothing refreshes it between scrapes.
 //
 // prometheus-cpp 1.0.1's Family::Remove scans the whole family, so a family with a series per
-// pending claim made every allocation cost O(pending claims). This store is collected next to
-// the cluster registry (LeaderGate); each series' label text is rendered once, when it is set,
-// and a scrape writes that text and the value (as telemetry::TextFamily does).
+// pending claim made every allocation cost O(pending claims); refreshing every age on a timer
+// cost O(pending claims) per tick. This store is collected next to the cluster registry
+// (LeaderGate); each series' label text is rendered once, when it is set, and a scrape writes
+// that text and the age (as telemetry::TextFamily does).
 #pragma once
 
 #include <map>
@@ -13,8 +16,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
+#include "src/common/clock.h"
 #include "src/telemetry/exposition.h"
 
 namespace dralens::exporter::cluster {
@@ -22,14 +27,13 @@ namespace dralens::exporter::cluster {
 class ObjectSeries : public prometheus::Collectable, public telemetry::TextSource {
  public:
   // `name` must be a gauge of the catalogue (src/telemetry/catalog.cc); its help comes from
-  // there.
-  explicit ObjectSeries(const std::string& name);
+  // there. `clock` (null: the real clock) must outlive the store.
+  explicit ObjectSeries(const std::string& name, common::Clock* clock = nullptr);
 
-  // Creates or replaces the series of `key`, with these labels (in this order) and value.
+  // Creates or replaces the series of `key`, with these labels (in this order); it reads the
+  // seconds from `since` to the time it is collected (0 before `since`).
   void Set(const std::string& key, std::vector<prometheus::ClientMetric::Label> labels,
-           double value) ABSL_LOCKS_EXCLUDED(mu_);
-  // Updates the value of `key`'s series; nothing when it has none.
-  void SetValue(const std::string& key, double value) ABSL_LOCKS_EXCLUDED(mu_);
+           absl::Time since) ABSL_LOCKS_EXCLUDED(mu_);
   void Erase(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -40,13 +44,16 @@ class ObjectSeries : public prometheus::Collectable, public telemetry::TextSourc
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  const std::string name_;
-  const std::string help_;
-  mutable absl::Mutex mu_;
   struct Series {  // the labels only as text: Collect parses them back
-    double value = 0;
+    absl::Time since;
     std::string text;  // the rendered labels
   };
+  static double Age(const Series& series, absl::Time now);
+
+  const std::string name_;
+  const std::string help_;
+  common::Clock& clock_;
+  mutable absl::Mutex mu_;
   std::map<std::string, Series> series_ ABSL_GUARDED_BY(mu_);
 };
 

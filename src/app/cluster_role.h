@@ -42,7 +42,7 @@ struct ClusterRoleOptions {
   // Leader election through a Lease; without it this replica exports at once.
   bool leader_elect = false;
   k8s::LeaderElectionOptions election;
-  // How often pending ages and stranded device-seconds are brought up to date between events.
+  // How often stranded and held GPU-seconds are brought up to date between events.
   absl::Duration tick = absl::Seconds(5);
   // Kubernetes Events on pending claims (exporter/cluster/claim_events.h), written by the
   // leader; `instance` is their reportingInstance (this replica).

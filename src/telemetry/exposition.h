@@ -15,7 +15,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -80,20 +82,21 @@ class TextSource {
   virtual void AppendText(TextWriter& out, ExpositionFormat format) const = 0;
 };
 
-// Writes `series` (a std::map by string key, guarded by `mu`) in key order: `header(out)` first,
-// only when there are series, then `line(out, key, value)` for each, in pieces of `out`. `mu` is
+// Writes `series` (an ordered container guarded by `mu`) in its order: `header(out)` first,
+// only when there are series, then `line(out, element)` for each, in pieces of `out`. `mu` is
 // held while a piece is filled and released before it is handed on; the next piece resumes
-// after the last key written, so a series added or removed in between is written or not as it
-// falls, as it would be by the next scrape.
-template <typename Map, typename Header, typename Line>
-void AppendInPieces(absl::Mutex& mu, const Map& series, TextWriter& out, const Header& header,
-                    const Line& line) {
-  std::string after;  // the last key written, once a piece was handed on
+// after the last element written, found again by `series.upper_bound(cursor_of(element))`
+// (a cursor that owns what it compares by: that element may be gone by then), so a series
+// added or removed in between is written or not as it falls, as it would be by the next scrape.
+template <typename Container, typename Header, typename Line, typename CursorOf>
+void AppendInPieces(absl::Mutex& mu, const Container& series, TextWriter& out, const Header& header,
+                    const Line& line, const CursorOf& cursor_of) {
+  std::optional<std::decay_t<decltype(cursor_of(*series.begin()))>> after;
   bool started = false;
   while (!out.failed()) {
     {
       absl::MutexLock lock(&mu);
-      auto it = started ? series.upper_bound(after) : series.begin();
+      auto it = after.has_value() ? series.upper_bound(*after) : series.begin();
       if (!started) {
         if (series.empty()) {
           return;
@@ -103,10 +106,10 @@ void AppendInPieces(absl::Mutex& mu, const Map& series, TextWriter& out, const H
       }
       bool full = false;
       while (it != series.end() && !full) {
-        line(out.buffer(), it->first, it->second);
+        line(out.buffer(), *it);
         full = out.Full();
         if (full) {
-          after = it->first;
+          after = cursor_of(*it);
         }
         ++it;
       }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "src/common/fnv.h"
 #include "src/telemetry/catalog.h"
 
 namespace dralens::telemetry {
@@ -40,27 +41,53 @@ TextFamily<T>::TextFamily(absl::string_view name) : name_(name), help_(Spec(name
 }
 
 template <typename T>
+bool TextFamily<T>::Order::operator()(const Slot& a, const Slot& b) const {
+  return a.hash != b.hash ? a.hash < b.hash : a.series->text < b.series->text;
+}
+
+template <typename T>
+bool TextFamily<T>::Order::operator()(const Slot& a, const Probe& b) const {
+  return a.hash != b.hash ? a.hash < b.hash : absl::string_view(a.series->text) < b.text;
+}
+
+template <typename T>
+bool TextFamily<T>::Order::operator()(const Probe& a, const Slot& b) const {
+  return a.hash != b.hash ? a.hash < b.hash : a.text < absl::string_view(b.series->text);
+}
+
+template <typename T>
+bool TextFamily<T>::Order::operator()(const Slot& a, const Cursor& b) const {
+  return (*this)(a, Probe{b.hash, b.text});
+}
+
+template <typename T>
+bool TextFamily<T>::Order::operator()(const Cursor& a, const Slot& b) const {
+  return (*this)(Probe{a.hash, a.text}, b);
+}
+
+template <typename T>
 T& TextFamily<T>::Add(const prometheus::Labels& labels) {
   std::string text = LabelText(ToVector(labels));
+  const uint64_t hash = common::Fnv1a64(text);
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = series_.try_emplace(std::move(text));
-  if (inserted) {
-    it->second = std::make_unique<T>();
-    text_of_[it->second.get()] = &it->first;
+  auto it = series_.find(Probe{hash, text});
+  if (it == series_.end()) {
+    it = series_.insert(Slot{hash, std::make_unique<Series>(std::move(text))}).first;
+    place_of_[&it->series->metric] = Probe{hash, it->series->text};
   }
-  return *it->second;
+  return it->series->metric;
 }
 
 template <typename T>
 void TextFamily<T>::Remove(T* metric) {
   absl::MutexLock lock(&mu_);
-  auto it = text_of_.find(metric);
-  if (it == text_of_.end()) {
+  auto it = place_of_.find(metric);
+  if (it == place_of_.end()) {
     return;
   }
-  const std::string text = *it->second;
-  text_of_.erase(it);
-  series_.erase(text);
+  const Probe place = it->second;  // views the series' text, which the erase below destroys
+  place_of_.erase(it);
+  series_.erase(series_.find(place));
 }
 
 template <typename T>
@@ -74,8 +101,11 @@ void TextFamily<T>::AppendText(TextWriter& out, ExpositionFormat format) const {
   AppendInPieces(
       mu_, series_, out,
       [&](std::string* buffer) { AppendHeader(buffer, name_, help_, TypeOf<T>(), format); },
-      [&](std::string* buffer, const std::string& text, const std::unique_ptr<T>& metric) {
-        AppendTextSample(buffer, name_, text, metric->Value());
+      [&](std::string* buffer, const Slot& slot) {
+        AppendTextSample(buffer, name_, slot.series->text, slot.series->metric.Value());
+      },
+      [](const Slot& slot) {
+        return Cursor{slot.hash, slot.series->text};
       });
 }
 
@@ -87,13 +117,13 @@ prometheus::MetricFamily TextFamily<T>::CollectFamily() const {
   family.type = TypeOf<T>();
   absl::MutexLock lock(&mu_);
   family.metric.reserve(series_.size());
-  for (const auto& [text, metric] : series_) {
+  for (const Slot& slot : series_) {
     prometheus::ClientMetric m;
-    m.label = LabelsOfText(text);
+    m.label = LabelsOfText(slot.series->text);
     if constexpr (std::is_same_v<T, prometheus::Counter>) {
-      m.counter.value = metric->Value();
+      m.counter.value = slot.series->metric.Value();
     } else {
-      m.gauge.value = metric->Value();
+      m.gauge.value = slot.series->metric.Value();
     }
     family.metric.push_back(std::move(m));
   }

@@ -2,10 +2,17 @@
 //
 // A series' label text (`{node="a",state="free"}`) is rendered once, when the series is added,
 // and is all that is kept of its labels;
-// a scrape writes each line as the family's name, that text and the current value, in
-// label-text order, without building prometheus-cpp's label vectors, copying them or sorting
-// them again. For families with a series per node or object at fleet scale: at 100k claims those
-// steps were most of the cluster role's scrape. Add and Remove cost O(log n).
+// a scrape writes each line as the family's name, that text and the current value, without
+// building prometheus-cpp's label vectors, copying them or sorting them again. For families with
+// a series per node or object at fleet scale: at 100k claims those steps were most of the
+// cluster role's scrape. Add and Remove cost O(log n).
+//
+// Series are kept, and written, in a fixed order that is not the label text's: by an FNV-1a
+// hash of the text (the same in every run), then the text. Label texts of one family share long
+// prefixes (`{device_class="",kind="free_while_pending",node="node-0`), so ordering by the text
+// cost a string comparison, behind a pointer, at every step of every insert; the hash sits in
+// the index itself and decides almost every comparison. The exposition formats do not ask for
+// any order of the series within a family.
 //
 // The families are rendered by the metrics server through TextFamilies (a TextSource), next to
 // the registries; Collect() gives the same series as prometheus::MetricFamily for code that
@@ -13,12 +20,14 @@
 // prometheus-cpp's atomic gauges and counters.
 #pragma once
 
-#include <map>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -56,13 +65,42 @@ class TextFamily : public TextFamilyBase {
   prometheus::MetricFamily CollectFamily() const override ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // A series: its label text, the only form its labels are kept in (CollectFamily parses them
+  // back: a copy of each series' label map took as much memory as everything else of it).
+  struct Series {
+    explicit Series(std::string label_text) : text(std::move(label_text)) {}
+    const std::string text;
+    T metric;
+  };
+  // A series' place in the index: the hash of its text, then the text.
+  struct Slot {
+    uint64_t hash;
+    std::unique_ptr<Series> series;
+  };
+  // A place in the index, for a lookup; a Cursor owns its text (where a scrape's next piece
+  // resumes, after a series that may be gone by then).
+  struct Probe {
+    uint64_t hash;
+    absl::string_view text;
+  };
+  struct Cursor {
+    uint64_t hash;
+    std::string text;
+  };
+  struct Order {
+    using is_transparent = void;
+    bool operator()(const Slot& a, const Slot& b) const;
+    bool operator()(const Slot& a, const Probe& b) const;
+    bool operator()(const Probe& a, const Slot& b) const;
+    bool operator()(const Slot& a, const Cursor& b) const;
+    bool operator()(const Cursor& a, const Slot& b) const;
+  };
+
   const std::string name_;
   const std::string help_;
   mutable absl::Mutex mu_;
-  // By label text, the only form the labels are kept in (CollectFamily parses them back): a
-  // copy of each series' label map took as much memory as everything else of the series.
-  std::map<std::string, std::unique_ptr<T>> series_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<const T*, const std::string*> text_of_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<Slot, Order> series_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<const T*, Probe> place_of_ ABSL_GUARDED_BY(mu_);  // text: the series'
 };
 
 // The families of a component, rendered together. Families are added before the first scrape

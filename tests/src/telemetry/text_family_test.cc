@@ -3,15 +3,18 @@
 #include "src/telemetry/text_family.h"
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
+#include "src/common/fnv.h"
 #include "src/telemetry/catalog.h"
 #include "src/telemetry/exposition.h"
 
@@ -41,7 +44,9 @@ struct Both {
   }
 };
 
-// The exposition split into its families (each from its "# HELP" line), sorted.
+// The exposition split into its families (each from its "# HELP" line), sorted, with each
+// family's samples sorted (a TextFamily writes its series in its own order, which the formats
+// leave free).
 std::vector<std::string> Families(std::string text) {
   constexpr absl::string_view kEof = "# EOF\n";  // OpenMetrics' end, after every family
   if (absl::EndsWith(text, kEof)) {
@@ -54,7 +59,11 @@ std::vector<std::string> Families(std::string text) {
     if (next == std::string::npos) {
       next = text.size();
     }
-    out.push_back(text.substr(start, next - start));
+    std::vector<std::string> lines = absl::StrSplit(text.substr(start, next - start), '\n');
+    auto samples = std::find_if(lines.begin(), lines.end(),
+                                [](const std::string& l) { return !absl::StartsWith(l, "#"); });
+    std::sort(samples, lines.end());
+    out.push_back(absl::StrJoin(lines, "\n"));
     start = next;
   }
   std::sort(out.begin(), out.end());
@@ -133,15 +142,15 @@ TEST(TextFamilyTest, CollectGivesBackTheLabelsFromTheirText) {
   std::vector<prometheus::MetricFamily> families = text.Collect();
   ASSERT_EQ(families.size(), 1u);
   ASSERT_EQ(families[0].metric.size(), 2u);
-  // Label text order: "" (no labels) first.
-  EXPECT_TRUE(families[0].metric[0].label.empty());
-  EXPECT_EQ(families[0].metric[0].gauge.value, 4);
+  const int bare = families[0].metric[0].label.empty() ? 0 : 1;  // the series without labels
+  EXPECT_TRUE(families[0].metric[bare].label.empty());
+  EXPECT_EQ(families[0].metric[bare].gauge.value, 4);
   prometheus::Labels back;
-  for (const auto& l : families[0].metric[1].label) {
+  for (const auto& l : families[0].metric[1 - bare].label) {
     back[l.name] = l.value;
   }
   EXPECT_EQ(back, odd);
-  EXPECT_EQ(families[0].metric[1].gauge.value, 3);
+  EXPECT_EQ(families[0].metric[1 - bare].gauge.value, 3);
 }
 
 TEST(TextFamilyTest, RefusesANameOfAnotherKind) {
@@ -176,30 +185,52 @@ TEST(TextFamilyTest, PiecesAddUpToTheWholeTextAndReleaseTheLockInBetween) {
 
   // Changes made while a piece is handed on (Add and Remove take the family's lock): a series
   // after the last one written appears, one removed before it was written does not, and one
-  // added before the cursor waits for the next scrape.
+  // added before the cursor waits for the next scrape. Where a series falls is the family's
+  // order: the FNV-1a hash of its label text.
+  auto place = [](const std::string& node) { return common::Fnv1a64(LabelText({{"node", node}})); };
+  auto name_with = [&](const std::string& prefix, const std::function<bool(uint64_t)>& where) {
+    for (int i = 0;; ++i) {
+      std::string node = absl::StrCat(prefix, i);
+      if (where(place(node))) {
+        return node;
+      }
+    }
+  };
+  std::vector<std::string> lines = absl::StrSplit(whole, '\n', absl::SkipEmpty());
+  auto node_of = [](absl::string_view line) {
+    const size_t start = line.find("node=\"") + 6;
+    return std::string(line.substr(start, line.find('"', start) - start));
+  };
+  const std::string last_line = lines[lines.size() - 2];  // before "# EOF"
+  const std::string unwritten = node_of(last_line);
+  std::string late, early;
   pieces.clear();
   TextWriter changing(1024, [&](absl::string_view piece) {
     if (pieces.empty()) {
-      g.Add({{"node", "node-9999"}}).Set(7);
-      g.Remove(series[998]);
-      g.Add({{"node", "node-0000a"}}).Set(8);
+      std::vector<std::string> written = absl::StrSplit(piece, '\n', absl::SkipEmpty());
+      const uint64_t cursor = place(node_of(written.back()));
+      late = name_with("late-", [&](uint64_t h) { return h > cursor; });
+      early = name_with("early-", [&](uint64_t h) { return h < cursor; });
+      g.Add({{"node", late}}).Set(7);
+      g.Remove(series[std::stoi(unwritten.substr(5))]);
+      g.Add({{"node", early}}).Set(8);
     }
     pieces.emplace_back(piece);
     return true;
   });
   RenderTo({}, nullptr, ExpositionFormat::kPrometheusText, {&text}, changing);
   const std::string during = absl::StrJoin(pieces, "");
-  EXPECT_THAT(during, HasSubstr("dralens_cluster_gpus{node=\"node-9999\"} 7\n"));
-  EXPECT_THAT(during, Not(HasSubstr("node-0998")));
-  EXPECT_THAT(during, Not(HasSubstr("node-0000a")));
-  EXPECT_THAT(during, HasSubstr("dralens_cluster_gpus{node=\"node-0999\"} 999\n"));
+  EXPECT_THAT(during, HasSubstr(absl::StrCat("dralens_cluster_gpus{node=\"", late, "\"} 7\n")));
+  EXPECT_THAT(during, Not(HasSubstr(absl::StrCat("node=\"", unwritten, "\""))));
+  EXPECT_THAT(during, Not(HasSubstr(absl::StrCat("node=\"", early, "\""))));
   EXPECT_EQ(std::count(during.begin(), during.end(), '\n'), 2 + 1000);  // HELP, TYPE, series
   EXPECT_THAT(Render({}, nullptr, ExpositionFormat::kPrometheusText, {&text}),
-              HasSubstr("dralens_cluster_gpus{node=\"node-0000a\"} 8\n"));
+              HasSubstr(absl::StrCat("dralens_cluster_gpus{node=\"", early, "\"} 8\n")));
 }
 
-// Pieces smaller than a line: every pass writes at least one series, so a series without labels
-// (the empty label text, the first key) is written once even when the header alone fills a piece.
+// Pieces smaller than a line: every pass writes at least one series, so every series (the one
+// without labels too, whose label text is empty) is written once even when the header alone
+// fills a piece.
 TEST(TextFamilyTest, PiecesSmallerThanALineStillWriteEverySeriesOnce) {
   TextFamilies text;
   TextFamily<prometheus::Gauge>& g = text.AddGauge(kGauge);
