@@ -104,9 +104,9 @@ class Analyzer {
   // `digests` has one entry per published device, in order: a hash of the device's JSON text and
   // of the slice's driver, pool name and node name (what of the slice a device record depends
   // on), or 0 when unknown. A device this slice already published under the same digest stays
-  // as it is without being decoded; `decode(i)` decodes device i for every other one, without
-  // the analyzer's lock held (it may run on the caller's thread while other events are
-  // applied). When one does not decode, the slice is left as it was and the error is returned.
+  // as it is without being decoded; `decode(i)` decodes device i for every other one (under the
+  // analyzer's lock: it must not call the analyzer). When one does not decode, the slice is left
+  // as it was and the error is returned.
   absl::Status UpsertSlice(const model::ResourceSlice& head, absl::Span<const uint64_t> digests,
                            absl::FunctionRef<absl::StatusOr<model::SliceDevice>(size_t)> decode)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -353,9 +353,6 @@ class Analyzer {
   using DeviceSet = absl::btree_set<DeviceRef, ByOrder>;
   std::map<std::string, DeviceSet> class_devices_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, DeviceSet> class_unknown_ ABSL_GUARDED_BY(mu_);
-  // Moves with every slice upserted or deleted: a republish that decoded its devices outside
-  // the lock knows whether what it found held is still so.
-  uint64_t slice_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   // False while derive_after_sync holds back derivation until SetSynced().
   bool deriving_ ABSL_GUARDED_BY(mu_) = true;
 

@@ -157,41 +157,6 @@ TEST_F(FeedTest, ARepublishedSliceDecodesOnlyTheDevicesWhoseDigestChanged) {
   EXPECT_EQ(decoded, (std::vector<size_t>{0, 1, 2}));
 }
 
-// Devices are decoded without the analyzer's lock held. A slice event that lands in between
-// (here: the slice deleted by another informer while the republish decodes) means what was held
-// is asked again, and what is held no more is decoded then.
-TEST_F(FeedTest, ASliceEventDuringTheDecodeIsSeenBeforeTheRepublishApplies) {
-  const json whole = testing::Slice("node-a", testing::WholeGpus("node-a", 3));
-  absl::StatusOr<model::ResourceSlice> full = model::Decode<model::ResourceSlice>(whole);
-  ASSERT_TRUE(full.ok()) << full.status();
-  model::ResourceSlice head = *full;
-  head.spec.devices.clear();
-  std::vector<size_t> decoded;
-  auto decode = [&](size_t i) -> absl::StatusOr<model::SliceDevice> {
-    decoded.push_back(i);
-    return full->spec.devices.at(i);
-  };
-  ASSERT_TRUE(analyzer_.UpsertSlice(head, {11, 12, 13}, decode).ok());
-  EXPECT_EQ(Gpus(registry_, analyzer_, "free"), 3);
-
-  decoded.clear();
-  full->spec.devices[1].taints.push_back(
-      {.key = "dralens.dev/xid", .value = "", .effect = "NoSchedule", .time_added = {}});
-  ASSERT_TRUE(analyzer_
-                  .UpsertSlice(head, {11, 22, 13},
-                               [&](size_t i) {
-                                 if (decoded.empty()) {
-                                   analyzer_.DeleteSlice(head.metadata.name);  // lock not held
-                                 }
-                                 return decode(i);
-                               })
-                  .ok());
-  // gpu-1 first (its digest was new), then the two the deleted slice no longer holds.
-  EXPECT_EQ(decoded, (std::vector<size_t>{1, 0, 2}));
-  EXPECT_EQ(Gpus(registry_, analyzer_, "free"), 2);
-  EXPECT_EQ(Gpus(registry_, analyzer_, "unavailable"), 1);
-}
-
 TEST_F(FeedTest, AProjectedSliceFeedsWhatTheWholeOneFeeds) {
   k8s::InformerHandlers h = HandlersFor(k8s::kResourceSlices, analyzer_);
   json slice = testing::Slice("node-a", testing::WholeGpus("node-a", 4));
