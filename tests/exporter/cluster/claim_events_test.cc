@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "exporter/cluster/analyzer.h"
 #include "exporter/cluster/feed.h"
 #include "gtest/gtest.h"
@@ -150,6 +151,35 @@ TEST_F(ClaimEventsTest, RateLimitedFleetWideOldestFirst) {
   clock_.Advance(absl::Seconds(10));
   EXPECT_EQ(recorder_.Step(), 1);  // the rest
   EXPECT_EQ(sink_.created.size(), 5u);
+}
+
+// A pass keeps only as many due claims as the bucket can write: from many more, the longest
+// pending, in that order (ties by name), whatever order the analyzer walks them in.
+TEST_F(ClaimEventsTest, APassWritesTheLongestPendingOfManyMoreThanItCan) {
+  const absl::Time now = clock_.Now();
+  std::map<int, std::string> by_age;
+  for (int i = 0; i < 40; ++i) {
+    const int age = (i * 17) % 40;  // every age from 0 to 39 once, scrambled
+    clock_.SetTime(now - absl::Seconds(age));
+    AddClaim(absl::StrCat("c", i));
+    by_age[age] = absl::StrCat("c", i);
+  }
+  // Two more of the greatest age: they tie with the oldest above, and go by name.
+  clock_.SetTime(now - absl::Seconds(39));
+  AddClaim("b-tie");
+  AddClaim("z-tie");
+  clock_.SetTime(now);
+  EXPECT_EQ(recorder_.Step(), 3);  // the burst
+  std::vector<std::string> written;
+  for (const ClaimEvent& e : sink_.created) {
+    written.push_back(e.claim);
+  }
+  EXPECT_EQ(written, (std::vector<std::string>{"b-tie", by_age[39], "z-tie"}));
+  clock_.Advance(absl::Seconds(2));  // two more tokens
+  EXPECT_EQ(recorder_.Step(), 2);
+  ASSERT_EQ(sink_.created.size(), 5u);
+  EXPECT_EQ(sink_.created[3].claim, by_age[38]);
+  EXPECT_EQ(sink_.created[4].claim, by_age[37]);
 }
 
 TEST_F(ClaimEventsTest, ClaimsTooYoungWaitAndTheLongestPendingGoFirst) {
