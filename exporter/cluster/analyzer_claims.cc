@@ -153,6 +153,9 @@ void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std:
                                    std::map<Key, std::map<std::string, double>> consumed) {
   const std::set<Key> touched =
       state_.SetAllocations(claim, std::move(devices), std::move(consumed));
+  if (touched.empty()) {
+    return;  // claim.devices is as it was
+  }
   // The class of its devices when one serves all (a device's own class, else the claim's).
   claim.held_class = nullptr;
   for (const auto& [key, cls] : claim.devices) {
@@ -164,9 +167,6 @@ void Analyzer::SetClaimAllocations(Claim& claim, std::vector<std::pair<Key, std:
     claim.held_class = c;
   }
   claim.held_class_id = claim.held_class != nullptr ? labels_.Id(*claim.held_class) : 0;
-  if (touched.empty()) {
-    return;
-  }
   for (const Key& device : touched) {
     AllocationChanged(device);
   }

@@ -24,20 +24,16 @@ ClaimEventRecorder::ClaimEventRecorder(Analyzer& analyzer, ClaimEventSink& sink,
 
 void ClaimEventRecorder::Reset() { written_.clear(); }
 
-int ClaimEventRecorder::TokensAt(absl::Time now) const {
-  double tokens = tokens_;
-  if (refilled_ != absl::InfinitePast()) {
-    tokens = std::min<double>(options_.burst,
-                              tokens + absl::ToDoubleSeconds(now - refilled_) * options_.qps);
+double ClaimEventRecorder::TokensAt(absl::Time now) const {
+  if (refilled_ == absl::InfinitePast()) {
+    return tokens_;
   }
-  return static_cast<int>(tokens);
+  return std::min<double>(options_.burst,
+                          tokens_ + absl::ToDoubleSeconds(now - refilled_) * options_.qps);
 }
 
 bool ClaimEventRecorder::TakeToken(absl::Time now) {
-  if (refilled_ != absl::InfinitePast()) {
-    tokens_ = std::min<double>(options_.burst,
-                               tokens_ + absl::ToDoubleSeconds(now - refilled_) * options_.qps);
-  }
+  tokens_ = TokensAt(now);
   refilled_ = now;
   if (tokens_ < 1) {
     return false;
@@ -50,9 +46,13 @@ void ClaimEventRecorder::Count(const std::string& reason, const char* result) {
   events_.Add({{"reason", reason}, {"result", result}}).Increment();
 }
 
+ClaimEventRecorder::Rank ClaimEventRecorder::RankOf(int order, absl::Time since,
+                                                    absl::string_view ns, absl::string_view name) {
+  return {order, since, ns, name};
+}
+
 bool ClaimEventRecorder::Due::operator<(const Due& other) const {
-  return std::tie(order, since, ns, name) <
-         std::tie(other.order, other.since, other.ns, other.name);
+  return RankOf(order, since, ns, name) < RankOf(other.order, other.since, other.ns, other.name);
 }
 
 int ClaimEventRecorder::Step() {
@@ -61,7 +61,7 @@ int ClaimEventRecorder::Step() {
   // What is due: claims never written or whose reason moved first, then repeats, oldest first.
   // Only as many as the bucket can write this pass are kept (a max-heap: the last to be written
   // on top); the rest wait for a later pass, as they would behind an empty bucket.
-  const size_t budget = static_cast<size_t>(std::max(0, TokensAt(now)));
+  const size_t budget = static_cast<size_t>(std::max(0.0, TokensAt(now)));
   std::vector<Due> due;
   auto offer = [&](int order, absl::Time since, const Analyzer::PendingView& c) {
     if (budget == 0) {
@@ -69,8 +69,8 @@ int ClaimEventRecorder::Step() {
     }
     if (due.size() == budget) {
       const Due& last = due.front();
-      if (std::tie(order, since, c.ns, c.name) >=
-          std::tie(last.order, last.since, last.ns, last.name)) {
+      if (RankOf(order, since, c.ns, c.name) >=
+          RankOf(last.order, last.since, last.ns, last.name)) {
         return;
       }
       std::pop_heap(due.begin(), due.end());

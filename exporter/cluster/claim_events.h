@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -102,11 +103,14 @@ class ClaimEventRecorder {
     absl::Time since;  // order 0: when it was created; 1: when it was last written
     std::string ns, name, uid;
     PendingReason reason = PendingReason::kWaitingForPod;
-    // Which is written first: order, then since, then namespace and name.
-    bool operator<(const Due& other) const;
+    bool operator<(const Due& other) const;  // by RankOf
   };
-  // The whole tokens the bucket holds at `now` (what a pass can write at most).
-  int TokensAt(absl::Time now) const;
+  // Which of two due claims is written first: the smaller rank (order, then since, then
+  // namespace and name).
+  using Rank = std::tuple<int, absl::Time, absl::string_view, absl::string_view>;
+  static Rank RankOf(int order, absl::Time since, absl::string_view ns, absl::string_view name);
+  // What the bucket holds at `now` (its whole tokens: what a pass can write at most).
+  double TokensAt(absl::Time now) const;
   bool TakeToken(absl::Time now);
   void Count(const std::string& reason, const char* result);
 

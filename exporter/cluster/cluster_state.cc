@@ -271,6 +271,9 @@ std::set<ClusterState::Key> ClusterState::SetAllocations(
     }
     touched.insert(device);
   }
+  for (const auto& [device, cls] : devices) {
+    touched.insert(device);  // held without a capacity entry: its record changed all the same
+  }
   claim.devices = std::move(devices);
   return touched;
 }

@@ -249,7 +249,8 @@ class ClusterState {
   static const Holders* HoldersOf(const Device& device);
   // Sets what a claim holds: (device key, class of its request) and the capacity it consumes
   // of each device. Returns the devices whose holders changed (before or after), in key
-  // order; none when the claim held exactly this already.
+  // order; none only when the claim held exactly this already, and then `claim.devices` is
+  // unchanged.
   std::set<Key> SetAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
                                std::map<Key, std::map<std::string, double>> consumed);
   // Held by a claim; with allowMultipleAllocations, only once a consumed capacity reaches what

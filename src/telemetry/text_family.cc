@@ -70,9 +70,10 @@ T& TextFamily<T>::Add(const prometheus::Labels& labels) {
   std::string text = LabelText(ToVector(labels));
   const uint64_t hash = common::Fnv1a64(text);
   absl::MutexLock lock(&mu_);
-  auto it = series_.find(Probe{hash, text});
-  if (it == series_.end()) {
-    it = series_.insert(Slot{hash, std::make_unique<Series>(std::move(text))}).first;
+  const Probe probe{hash, text};
+  auto it = series_.lower_bound(probe);
+  if (it == series_.end() || Order()(probe, *it)) {  // not there: added where the search ended
+    it = series_.insert(it, Slot{hash, std::make_unique<Series>(std::move(text))});
     place_of_[&it->series->metric] = Probe{hash, it->series->text};
   }
   return it->series->metric;
