@@ -9,6 +9,7 @@
 #include "src/app/claim_event_writer.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
+#include "src/common/thread_name.h"
 #include "src/telemetry/catalog.h"
 
 namespace dralens::app {
@@ -129,6 +130,7 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   role->watch_->Start();
   const absl::Duration tick = options.tick;
   role->ticker_ = std::make_unique<std::thread>([self, tick] {
+    common::NameThisThread("cluster-tick");
     // Until every informer has synced, look often: the analyzer derives its findings once, as
     // soon as the LISTs are in.
     bool nodes_synced = false;
@@ -161,6 +163,7 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
         role->gangs_.get());
     const absl::Duration period = options.claim_event_period;
     role->event_thread_ = std::make_unique<std::thread>([self, period] {
+      common::NameThisThread("claim-events");
       // Only the leader writes; a replica that stops leading forgets what it wrote, since the
       // next leader may write after it.
       do {

@@ -8,8 +8,10 @@
 #include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "src/common/log.h"
+#include "src/common/thread_name.h"
 
 namespace dralens::k8s {
 namespace {
@@ -89,6 +91,7 @@ void Informer::Start() {
     options_.metrics->InitWatchRestarts(type_.plural);
   }
   thread_ = std::make_unique<std::thread>([this] {
+    common::NameThisThread(absl::StrCat("w:", type_.plural));
     Run();
     absl::MutexLock lock(&mu_);
     done_ = true;

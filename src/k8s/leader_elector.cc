@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/log.h"
+#include "src/common/thread_name.h"
 
 namespace dralens::k8s {
 namespace {
@@ -42,7 +43,10 @@ LeaderElector::LeaderElector(KubeClient& client, LeaderElectionOptions options)
 LeaderElector::~LeaderElector() { Stop(); }
 
 void LeaderElector::Start() {
-  thread_ = std::make_unique<std::thread>([this] { Run(); });
+  thread_ = std::make_unique<std::thread>([this] {
+    common::NameThisThread("leader-elect");
+    Run();
+  });
 }
 
 void LeaderElector::Stop() {

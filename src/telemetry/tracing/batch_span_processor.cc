@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "src/common/log.h"
+#include "src/common/thread_name.h"
 
 namespace dralens::telemetry {
 namespace {
@@ -27,7 +28,10 @@ BatchSpanProcessor::BatchSpanProcessor(SpanExporterPtr exporter,
                                        const BatchSpanProcessorOptions& options,
                                        TracingStats& stats)
     : exporter_(std::move(exporter)), options_(Clamp(options)), stats_(stats) {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    common::NameThisThread("span-export");
+    Run();
+  });
 }
 
 BatchSpanProcessor::~BatchSpanProcessor() { Shutdown(absl::Now() + options_.export_timeout); }

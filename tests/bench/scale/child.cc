@@ -1,5 +1,6 @@
 #include "tests/bench/scale/child.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -138,6 +139,29 @@ int64_t Child::CpuNanos() const {
     return -1;
   }
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+std::map<std::string, int64_t> Child::ThreadCpuNanos() const {
+  std::map<std::string, int64_t> out;
+  const std::string tasks = absl::StrCat("/proc/", pid_, "/task");
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) {
+    return out;
+  }
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') {
+      continue;
+    }
+    std::ifstream comm(absl::StrCat(tasks, "/", entry->d_name, "/comm"));
+    std::ifstream schedstat(absl::StrCat(tasks, "/", entry->d_name, "/schedstat"));
+    std::string name;
+    int64_t on_cpu = 0;
+    if (std::getline(comm, name) && (schedstat >> on_cpu)) {
+      out[name] += on_cpu;  // the first field: nanoseconds on a CPU
+    }
+  }
+  closedir(dir);
+  return out;
 }
 
 int64_t Child::StatusBytes(const char* field) const {

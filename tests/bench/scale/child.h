@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ class Child {
 
   // CPU time of all its threads, exited ones included (clock_getcpuclockid); -1 when gone.
   int64_t CpuNanos() const;
+  // CPU time of its live threads by thread name (/proc/<pid>/task/*/comm and schedstat), threads
+  // of one name summed.
+  std::map<std::string, int64_t> ThreadCpuNanos() const;
   // A field of /proc/<pid>/status in bytes, e.g. "VmHWM:" or "VmRSS:".
   int64_t StatusBytes(const char* field) const;
   // The TCP port it listens on (its first listening socket), 0 when none yet.

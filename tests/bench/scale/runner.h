@@ -54,6 +54,9 @@ struct KindFigures {
   int batches = 0;
   double cpu_s = 0;   // dralens CPU over the verified batches
   double wall_s = 0;  // release to idle
+  // dralens CPU over the verified batches by thread name (Child::ThreadCpuNanos): which threads
+  // the events cost, and where a run that costs more than another spent it.
+  std::map<std::string, double> thread_cpu_s;
   bool ok = true;
 };
 
