@@ -1,8 +1,16 @@
-// cluster_bench: the cluster analyzer at scale: 1k nodes x 8 GPUs, 10k claims. Measures claim
-// events processed per second (each one allocates or frees a device, so capacity, pending
-// verdicts and the node's series are recomputed) and the /metrics render of the result.
+// cluster_bench: the cluster analyzer at scale: by default 1k nodes x 8 GPUs, 10k claims;
+// `--claims=N` sizes the fleet (N/10 nodes of 8 GPUs, N claims, 3/4 of them allocated).
+// Measures claim events processed per second (each one allocates or frees a device, so
+// capacity, pending verdicts and the node's series are recomputed) and the /metrics render of
+// the result. In-process and on one thread, its figures vary far less from run to run than
+// scale_bench's, which shares two cores with its API server: the tool for comparing two builds
+// of the analyzer.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
@@ -13,9 +21,10 @@
 namespace dralens::exporter::cluster {
 namespace {
 
-constexpr int kNodes = 1000;
+// Set by main() from --claims before any benchmark runs.
+int fleet_claims = 10000;
+int fleet_nodes = 1000;
 constexpr int kGpusPerNode = 8;
-constexpr int kClaims = 10000;
 constexpr char kDriver[] = "gpu.dralens.dev";
 
 // The slice of node `node_name`, with no devices yet.
@@ -57,7 +66,7 @@ model::ResourceClaim ClaimFor(int i, bool allocated) {
   c.spec.devices.requests.push_back(r);
   if (allocated) {
     model::AllocationResult a;
-    const int device = i % (kNodes * kGpusPerNode);
+    const int device = i % (fleet_nodes * kGpusPerNode);
     model::DeviceRequestAllocationResult result;
     result.request = "req";
     result.driver = kDriver;
@@ -77,14 +86,14 @@ struct World {
     gpu.spec.selectors.push_back(
         {model::CelDeviceSelector{"device.attributes['gpu.dralens.dev'].type == 'gpu'"}});
     analyzer->UpsertClass(gpu);
-    for (int n = 0; n < kNodes; ++n) {
+    for (int n = 0; n < fleet_nodes; ++n) {
       analyzer->UpsertNode({absl::StrCat("node-", n), true});
       analyzer->UpsertSlice(NodeSlice(n));
     }
     analyzer->SetNodesSynced();
     // 7.5k claims allocated (every device used at most once), 2.5k pending.
-    for (int i = 0; i < kClaims; ++i) {
-      analyzer->UpsertClaim(ClaimFor(i, i < kClaims * 3 / 4));
+    for (int i = 0; i < fleet_claims; ++i) {
+      analyzer->UpsertClaim(ClaimFor(i, i < fleet_claims * 3 / 4));
     }
   }
   std::unique_ptr<telemetry::TracerProvider> tracing = telemetry::TracerProvider::CreateNoop();
@@ -102,7 +111,7 @@ void BM_ClaimEvent(benchmark::State& state) {
   World& w = TheWorld();
   int i = 0;
   for (auto _ : state) {
-    const int claim = kClaims * 3 / 4 + (i / 2) % (kClaims / 4);
+    const int claim = fleet_claims * 3 / 4 + (i / 2) % (fleet_claims / 4);
     w.analyzer->UpsertClaim(ClaimFor(claim, i % 2 == 0));
     ++i;
   }
@@ -115,7 +124,7 @@ BENCHMARK(BM_ClaimEvent)->Unit(benchmark::kMicrosecond);
 // every event and free_while_pending attribution must be looked at again where it could move.
 void BM_AllocateOldestPending(benchmark::State& state) {
   World& w = TheWorld();
-  const int oldest = kClaims * 3 / 4;  // "ns-0/claim-7500": first of the pending by key
+  const int oldest = fleet_claims * 3 / 4;  // "ns-0/claim-7500": first of the pending by key
   int i = 0;
   for (auto _ : state) {
     w.analyzer->UpsertClaim(ClaimFor(oldest, i % 2 == 0));
@@ -148,7 +157,7 @@ void BM_SliceTaint(benchmark::State& state) {
   World& w = TheWorld();
   int i = 0;
   for (auto _ : state) {
-    model::ResourceSlice slice = NodeSlice(i / 2 % kNodes);
+    model::ResourceSlice slice = NodeSlice(i / 2 % fleet_nodes);
     if (i % 2 == 0) {
       model::DeviceTaint taint;
       taint.key = "gpu.dralens.dev/xid";
@@ -252,4 +261,22 @@ BENCHMARK(BM_Scrape)->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace dralens::exporter::cluster
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--claims=", 9) == 0) {
+      dralens::exporter::cluster::fleet_claims = std::max(10, std::atoi(argv[i] + 9));
+      dralens::exporter::cluster::fleet_nodes = dralens::exporter::cluster::fleet_claims / 10;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) {
+    return 1;
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
