@@ -242,6 +242,18 @@ class Analyzer {
   void MoveFree(LeafCounts& leaf, const std::string& node, int delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks dirty the nodes with free devices that fit `request` (any of its alternatives).
+  // Whether a node's free_while_pending attribution can move when `shape`'s longest-pending
+  // claim goes from `from` to `to` (of those classes). A node's attribution is the class of the
+  // longest-pending claim among the shapes its free devices fit (TallyGpus): it moves only when
+  // the two classes differ, or another shape's longest-pending claim lies between the two with
+  // another class. Otherwise the shape's nodes need no recompute, which a scheduler serving
+  // claims oldest first would otherwise cause on every allocation, for every node with a free
+  // device of the shape: O(nodes) per event (cluster_bench BM_AllocateOldestPending).
+  bool AttributionMayMove(const PendingShape& shape, const std::pair<absl::Time, Key>& from,
+                          uint32_t from_class, const std::pair<absl::Time, Key>& to,
+                          uint32_t to_class) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The label id of the class of the pending claim `key` ("" when unknown).
+  uint32_t ClassOfPending(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkShapeNodesDirty(const std::shared_ptr<Request>& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingReason ReasonOfLeaf(const LeafCounts& leaf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

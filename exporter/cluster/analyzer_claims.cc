@@ -271,7 +271,11 @@ void Analyzer::EnterPending(Claim& claim) {
     }
     auto [it, inserted] = shape->claims.emplace(claim.created, claim.key);
     if (inserted && it == shape->claims.begin()) {
-      MarkShapeNodesDirty(shape->request);
+      const auto was = std::next(it);
+      if (was == shape->claims.end() ||
+          AttributionMayMove(*shape, *was, ClassOfPending(was->second), *it, claim.class_id)) {
+        MarkShapeNodesDirty(shape->request);
+      }
     }
   }
   UpdatePendingSeries(claim);
@@ -285,11 +289,15 @@ void Analyzer::LeavePending(Claim& claim) {
     if (it == pending_requests_.end()) {
       continue;
     }
-    std::set<std::pair<absl::Time, Key>>& claims = it->second->claims;
+    auto& claims = it->second->claims;
     auto c = claims.find({claim.created, claim.key});
     if (c != claims.end()) {
       if (c == claims.begin()) {
-        MarkShapeNodesDirty(it->second->request);  // before the shape's leaves may go
+        const auto next = std::next(c);
+        if (next == claims.end() || AttributionMayMove(*it->second, *c, claim.class_id, *next,
+                                                       ClassOfPending(next->second))) {
+          MarkShapeNodesDirty(it->second->request);  // before the shape's leaves may go
+        }
       }
       claims.erase(c);
     }
@@ -301,6 +309,30 @@ void Analyzer::LeavePending(Claim& claim) {
     }
   }
   UpdatePendingSeries(claim);
+}
+
+uint32_t Analyzer::ClassOfPending(const Key& key) {
+  const Claim* claim = state_.FindClaim(key);
+  return claim == nullptr ? labels_.Id("") : claim->class_id;
+}
+
+bool Analyzer::AttributionMayMove(const PendingShape& shape, const std::pair<absl::Time, Key>& from,
+                                  uint32_t from_class, const std::pair<absl::Time, Key>& to,
+                                  uint32_t to_class) {
+  if (from_class != to_class) {
+    return true;
+  }
+  const auto& [lo, hi] = std::minmax(from, to);
+  for (const auto& [signature, other] : pending_requests_) {
+    if (other.get() == &shape || other->claims.empty()) {
+      continue;
+    }
+    const std::pair<absl::Time, Key>& first = *other->claims.begin();
+    if (lo < first && first < hi && ClassOfPending(first.second) != from_class) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void Analyzer::UpdatePendingSeries(Claim& claim) {

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -78,7 +79,9 @@ struct Analyzer::NodeAggregate {
 
 struct Analyzer::PendingShape {
   std::shared_ptr<Request> request;
-  std::set<std::pair<absl::Time, Key>> claims;  // (created, key): oldest first
+  // (created, key): oldest first. A B-tree: up to every pending claim of the fleet, and a
+  // claim that stops pending is found in a few node visits rather than a red-black path.
+  absl::btree_set<std::pair<absl::Time, Key>> claims;
 };
 
 struct Analyzer::LeafCounts {

@@ -199,7 +199,7 @@ class ClusterState {
   // are adjacent, and the order does not depend on hashing.
   const std::vector<Device*>& DevicesOn(const std::string& node) const;
   // Every node with devices, and its devices.
-  const std::unordered_map<std::string, std::vector<Device*>>& devices_by_node() const {
+  const absl::node_hash_map<std::string, std::vector<Device*>>& devices_by_node() const {
     return node_devices_;
   }
 
@@ -283,12 +283,14 @@ class ClusterState {
   };
 
   DeviceMap devices_;
-  std::unordered_map<std::string, std::vector<Device*>> node_devices_;
+  // Node-based hash maps: fewer cache misses per lookup than std::unordered_map (one probe of
+  // a flat control array, then the node), and references that stay valid as they grow.
+  absl::node_hash_map<std::string, std::vector<Device*>> node_devices_;
   std::unordered_map<Key, std::unique_ptr<CounterSet>> counter_sets_;
   // counter set key -> the devices that consume it, whether or not the set is published (yet):
   // a set that comes later finds its consumers here instead of scanning every device.
-  std::unordered_map<Key, std::set<Key>> consumers_;
-  std::unordered_map<std::string, Slice> slices_;
+  absl::node_hash_map<Key, std::set<Key>> consumers_;
+  absl::node_hash_map<std::string, Slice> slices_;
   absl::flat_hash_map<std::string, NodeInfo> nodes_;
   bool nodes_synced_ = false;
   ClaimMap claims_;

@@ -807,6 +807,77 @@ TEST(GpuTruthFragmentTest, FreeMigCapacityNoPendingRequestFits) {
   EXPECT_LE(stranded("unplaceable_fragment", ""), 0);
 }
 
+// free_while_pending goes to the class of the longest-pending claim the free GPUs could serve.
+// When a shape's longest-pending claim changes, a node's class moves only if another class
+// pends between the old and the new one (or the two differ); the analyzer recomputes the
+// shape's nodes only then, and must not miss that case.
+TEST(GpuTruthFragmentTest, FreeWhilePendingFollowsTheLongestPendingClaimAcrossShapes) {
+  prometheus::Registry registry;
+  telemetry::NoopTracer tracer;
+  common::FakeClock clock;
+  Analyzer analyzer(registry, tracer, AnalyzerOptions{{}, &clock});
+  HandlersFor(k8s::kDeviceClasses, analyzer)
+      .on_add(testing::Class("gpu", Attr("type") + " == 'gpu'"));
+  HandlersFor(k8s::kDeviceClasses, analyzer)
+      .on_add(testing::Class("big", Attr("type") + " == 'gpu'"));
+  HandlersFor(k8s::kNodes, analyzer).on_add(testing::Node("a", true));
+  HandlersFor(k8s::kResourceSlices, analyzer)
+      .on_add(testing::Slice("a", testing::WholeGpus("a", 2)));
+  k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, analyzer);
+  auto claim = [](const std::string& name, const std::string& cls, int minute) {
+    json c = testing::Claim("team", name, cls);
+    c["metadata"]["uid"] = "uid-" + name;
+    c["metadata"]["creationTimestamp"] = absl::StrCat("2026-11-25T10:", 20 + minute, ":00Z");
+    return c;
+  };
+  auto stranded = [&](const std::string& cls) {
+    double sum = 0;
+    for (const Sample& s :
+         Collect(testing::Exported(registry, analyzer), "dralens_cluster_stranded_gpus")) {
+      if (s.labels.at("kind") == "free_while_pending" && s.labels.at("device_class") == cls) {
+        sum += s.value;
+      }
+    }
+    return sum;
+  };
+  claims.on_add(claim("x1", "gpu", 1));
+  claims.on_add(claim("y1", "big", 2));
+  claims.on_add(claim("x2", "gpu", 3));
+  analyzer.SetNodesSynced();
+  EXPECT_DOUBLE_EQ(stranded("gpu"), 2);  // x1 pends longest
+  EXPECT_DOUBLE_EQ(stranded("big"), 0);
+
+  // x1 is allocated gpu-0: its shape's longest-pending claim is now x2, of the same class, but
+  // y1 (big) pends longer than x2. The free gpu-1 moves to big.
+  json x1 = claim("x1", "gpu", 1);
+  x1["status"]["allocation"]["devices"]["results"] =
+      json::array({{{"request", "req"}, {"driver", kDriver}, {"pool", "a"}, {"device", "gpu-0"}}});
+  claims.on_update(claim("x1", "gpu", 1), x1);
+  EXPECT_DOUBLE_EQ(stranded("big"), 1);
+  EXPECT_DOUBLE_EQ(stranded("gpu"), 0);
+
+  // y1 goes: x2 is the longest-pending claim.
+  claims.on_delete(claim("y1", "big", 2));
+  EXPECT_DOUBLE_EQ(stranded("gpu"), 1);
+  EXPECT_DOUBLE_EQ(stranded("big"), 0);
+
+  // y0 (big) pends longer than x2: the class moves back to big.
+  claims.on_add(claim("y0", "big", -1));
+  EXPECT_DOUBLE_EQ(stranded("big"), 1);
+  EXPECT_DOUBLE_EQ(stranded("gpu"), 0);
+
+  // x0 (gpu) pends longer than y0: gpu again, though x2 (gpu) was its shape's first already.
+  claims.on_add(claim("x0", "gpu", -2));
+  EXPECT_DOUBLE_EQ(stranded("gpu"), 1);
+  EXPECT_DOUBLE_EQ(stranded("big"), 0);
+
+  // y0 goes, then x4 (gpu) becomes its shape's first with nothing in between: still gpu.
+  claims.on_delete(claim("y0", "big", -1));
+  claims.on_add(claim("x4", "gpu", -3));
+  EXPECT_DOUBLE_EQ(stranded("gpu"), 1);
+  EXPECT_DOUBLE_EQ(stranded("big"), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(RandomClusters, GpuTruthTest, ::testing::Range(1u, 61u));
 
 }  // namespace
