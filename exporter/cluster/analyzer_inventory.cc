@@ -22,12 +22,12 @@ void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>&
     return;
   }
   for (const Key& key : slice->devices) {
+    if (keep.contains(key)) {
+      continue;  // before the lookup: a republish keeps most devices, each lookup a cache miss
+    }
     Device* device = state_.FindDevice(key);
     if (device == nullptr || device->slice != name) {
       continue;  // republished by another slice of the pool meanwhile
-    }
-    if (keep.contains(key)) {
-      continue;
     }
     RemoveDevice(*device, touched);
   }
@@ -130,9 +130,12 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
   std::unordered_map<Key, std::vector<std::pair<int, cel::Verdict>>> kept;
   if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
     for (const Key& key : old->devices) {
-      Device* device = state_.FindDevice(key);
       auto now = incoming.find(key);
-      if (device == nullptr || device->slice != name || now == incoming.end()) {
+      if (now == incoming.end()) {
+        continue;  // held by its digest, or gone: no lookup (a cache miss each at 100k)
+      }
+      Device* device = state_.FindDevice(key);
+      if (device == nullptr || device->slice != name) {
         continue;
       }
       const model::SliceDevice& sd = *now->second;
