@@ -241,7 +241,6 @@ class Analyzer {
   // Moves a leaf's free count, and the count of its free devices on `node`, by `delta`.
   void MoveFree(LeafCounts& leaf, const std::string& node, int delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks dirty the nodes with free devices that fit `request` (any of its alternatives).
   // Whether a node's free_while_pending attribution can move when `shape`'s longest-pending
   // claim goes from `from` to `to` (of those classes). A node's attribution is the class of the
   // longest-pending claim among the shapes its free devices fit (TallyGpus): it moves only when
@@ -252,8 +251,11 @@ class Analyzer {
   bool AttributionMayMove(const PendingShape& shape, const std::pair<absl::Time, Key>& from,
                           uint32_t from_class, const std::pair<absl::Time, Key>& to,
                           uint32_t to_class) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The label id of the class of the pending claim `key` ("" when unknown).
+  static constexpr uint32_t kUnknownClass = ~uint32_t{0};  // no label has this id
+  // The label id of the class of the pending claim `key`; kUnknownClass when there is no such
+  // claim (then any attribution may move).
   uint32_t ClassOfPending(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks dirty the nodes with free devices that fit `request` (any of its alternatives).
   void MarkShapeNodesDirty(const std::shared_ptr<Request>& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PendingReason ReasonOfLeaf(const LeafCounts& leaf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -313,13 +313,13 @@ void Analyzer::LeavePending(Claim& claim) {
 
 uint32_t Analyzer::ClassOfPending(const Key& key) {
   const Claim* claim = state_.FindClaim(key);
-  return claim == nullptr ? labels_.Id("") : claim->class_id;
+  return claim == nullptr ? kUnknownClass : claim->class_id;
 }
 
 bool Analyzer::AttributionMayMove(const PendingShape& shape, const std::pair<absl::Time, Key>& from,
                                   uint32_t from_class, const std::pair<absl::Time, Key>& to,
                                   uint32_t to_class) {
-  if (from_class != to_class) {
+  if (from_class != to_class || from_class == kUnknownClass) {
     return true;
   }
   const auto& [lo, hi] = std::minmax(from, to);
