@@ -91,7 +91,7 @@ struct World {
       analyzer->UpsertSlice(NodeSlice(n));
     }
     analyzer->SetNodesSynced();
-    // 7.5k claims allocated (every device used at most once), 2.5k pending.
+    // 3/4 of the claims allocated (every device used at most once), 1/4 pending.
     for (int i = 0; i < fleet_claims; ++i) {
       analyzer->UpsertClaim(ClaimFor(i, i < fleet_claims * 3 / 4));
     }
@@ -124,7 +124,8 @@ BENCHMARK(BM_ClaimEvent)->Unit(benchmark::kMicrosecond);
 // every event and free_while_pending attribution must be looked at again where it could move.
 void BM_AllocateOldestPending(benchmark::State& state) {
   World& w = TheWorld();
-  const int oldest = fleet_claims * 3 / 4;  // "ns-0/claim-7500": first of the pending by key
+  // The first pending claim by key: "ns-0/claim-<3N/4>" (all were created in the same second).
+  const int oldest = fleet_claims * 3 / 4;
   int i = 0;
   for (auto _ : state) {
     w.analyzer->UpsertClaim(ClaimFor(oldest, i % 2 == 0));

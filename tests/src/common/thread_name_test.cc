@@ -9,30 +9,25 @@
 namespace dralens::common {
 namespace {
 
-std::string ThisThreadName() {
-  char name[16] = {};
-  pthread_getname_np(pthread_self(), name, sizeof(name));
-  return name;
+// The name a new thread reads back after naming itself `name`.
+std::string NameReadBack(const std::string& name) {
+  std::string read;
+  std::thread t([&] {
+    NameThisThread(name);
+    char buffer[16] = {};
+    pthread_getname_np(pthread_self(), buffer, sizeof(buffer));
+    read = buffer;
+  });
+  t.join();
+  return read;
 }
 
 TEST(ThreadNameTest, NamesTheCallingThread) {
-  std::string name;
-  std::thread t([&] {
-    NameThisThread("cluster-tick");
-    name = ThisThreadName();
-  });
-  t.join();
-  EXPECT_EQ(name, "cluster-tick");
+  EXPECT_EQ(NameReadBack("cluster-tick"), "cluster-tick");
 }
 
 TEST(ThreadNameTest, ANameLongerThanTheKernelKeepsIsCutThere) {
-  std::string name;
-  std::thread t([&] {
-    NameThisThread("w:resourceclaims-and-more");
-    name = ThisThreadName();
-  });
-  t.join();
-  EXPECT_EQ(name, "w:resourceclaim");
+  EXPECT_EQ(NameReadBack("w:resourceclaims-and-more"), "w:resourceclaim");
 }
 
 }  // namespace
