@@ -190,6 +190,17 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
 
 ClusterRole::~ClusterRole() { Stop(); }
 
+absl::Status ClusterRole::Ready() const {
+  absl::Status watch = watch_->Ready();
+  if (!watch.ok()) {
+    return watch;
+  }
+  if (!synced_) {
+    return absl::UnavailableError("synced; deriving the findings from the LISTs");
+  }
+  return absl::OkStatus();
+}
+
 std::optional<nlohmann::json> ClusterRole::ExplainJson(const std::string& ns,
                                                        const std::string& name) {
   std::optional<exporter::cluster::ClaimExplanation> e = analyzer_->Explain(ns, name);

@@ -505,6 +505,8 @@ TEST(SmokeTest, RealBinaryIsReadyAndEveryBatchVerifies) {
   const RunResult r = RunOne(SmokeOptions("ok"));
   EXPECT_TRUE(r.ok) << r.failure;
   EXPECT_TRUE(r.ready);
+  // /readyz answers 200 only once a scrape is complete and correct.
+  EXPECT_EQ(r.wrong_scrapes_before_ready, 0);
   EXPECT_THAT(r.verified, HasSubstr("dralens_cluster_claims ok"));
   ASSERT_EQ(r.kinds.size(), 8u);
   for (const KindFigures& k : r.kinds) {
