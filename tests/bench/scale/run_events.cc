@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "tests/bench/scale/lean_api_server.h"
 #include "tests/bench/scale/run.h"
 
@@ -85,11 +86,13 @@ bool ScaleRun::Batch(const std::function<std::optional<WatchEvent>()>& next, int
                      KindFigures& fig) {
   std::vector<std::string> lines;
   std::set<std::string> plurals;
+  std::map<std::string, int> by_kind;
   for (int i = 0; i < n; ++i) {
     std::optional<WatchEvent> e = next();
     if (!e.has_value()) {
       break;
     }
+    ++by_kind[ToString(e->kind)];
     plurals.insert(InfoOf(e->resource).plural);
     lines.push_back(absl::StrCat(e->type, " ", InfoOf(e->resource).plural, " ", e->object.dump()));
   }
@@ -141,6 +144,9 @@ bool ScaleRun::Batch(const std::function<std::optional<WatchEvent>()>& next, int
     if (v.ok()) {
       fig.events += static_cast<int>(lines.size());
       ++fig.batches;
+      for (const auto& [kind, count] : by_kind) {
+        fig.by_kind[kind] += count;
+      }
       fig.cpu_s += (idle_cpu - cpu0 - failed_scrape_cpu) / 1e9;
       fig.wall_s += (t_idle - t0) / 1e9;
       for (const auto& [name, nanos] : threads_before) {
@@ -190,6 +196,10 @@ void ScaleRun::DriveEvents() {
                           name, fig.events, fig.batches, 1e6 * fig.cpu_s / fig.events,
                           fig.cpu_s > 0 ? fig.events / fig.cpu_s : 0.0));
       Log(absl::StrCat(name, " CPU by thread: ", ByThread(fig)));
+      if (fig.by_kind.size() > 1) {
+        Log(absl::StrCat(name, " events by kind: ",
+                         absl::StrJoin(fig.by_kind, ", ", absl::PairFormatter(" "))));
+      }
     } else if (ok) {
       Log(absl::StrCat(name, ": nothing eligible"));
     }
