@@ -158,7 +158,7 @@ void Analyzer::AllocationChanged(const Key& device_key) {
 }
 
 void Analyzer::MarkAllNodesDirty(bool pools) {
-  std::set<std::string>& dirty = pools ? dirty_nodes_ : dirty_tallies_;
+  NodeSet& dirty = pools ? dirty_nodes_ : dirty_tallies_;
   for (const auto& [node, devices] : state_.devices_by_node()) {
     dirty.insert(node);
   }

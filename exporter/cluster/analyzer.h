@@ -383,11 +383,12 @@ class Analyzer {
   std::map<std::string, std::unique_ptr<PendingShape>> pending_requests_ ABSL_GUARDED_BY(mu_);
 
   // Dirty sets, applied by Flush().
-  std::set<std::string> dirty_nodes_ ABSL_GUARDED_BY(mu_);
+  using NodeSet = absl::flat_hash_set<std::string>;
+  NodeSet dirty_nodes_ ABSL_GUARDED_BY(mu_);
   // Nodes whose GPU tally alone is stale: a claim holding a device there changed state (in use
   // or not), or the longest-pending claim a free device there could serve changed; that moves
   // stranded and held GPUs but no device's pool state.
-  std::set<std::string> dirty_tallies_ ABSL_GUARDED_BY(mu_);
+  NodeSet dirty_tallies_ ABSL_GUARDED_BY(mu_);
   // Every node's free_while_pending attribution may move (the classes changed).
   bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;
   // Leaf requests (a request, or one alternative of a firstAvailable request) of the pending
@@ -399,7 +400,8 @@ class Analyzer {
 
   // Aggregated series.
   // dralens_cluster_claims: (ClaimState, class, namespace) -> series and claims.
-  std::map<LabelKey, std::pair<prometheus::Gauge*, int>> claim_counts_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<LabelKey, std::pair<prometheus::Gauge*, int>> claim_counts_
+      ABSL_GUARDED_BY(mu_);
   std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> pending_counts_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> latency_ ABSL_GUARDED_BY(mu_);
@@ -411,7 +413,7 @@ class Analyzer {
     std::array<int64_t, kPoolStates> devices = {};
     std::array<prometheus::Gauge*, kPoolStates> gauges = {};
   };
-  std::map<LabelKey, PoolTotal> pool_totals_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<LabelKey, PoolTotal> pool_totals_ ABSL_GUARDED_BY(mu_);
   // dralens_cluster_price_per_gpu_hour: (class, product) -> its series and the pool totals
   // (one per driver) that publish such devices.
   std::map<std::pair<std::string, std::string>, std::pair<prometheus::Gauge*, int>> prices_in_use_
@@ -422,7 +424,7 @@ class Analyzer {
   // What claims hold, fleet-wide, by (namespace, class, product, usage state): the GPUs summed
   // over nodes, accrued into dralens_cluster_gpu_seconds_total and _cost_total (the product
   // sets the price; the exported series sum over it).
-  std::map<LabelKey, std::unique_ptr<Series>> held_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<LabelKey, std::unique_ptr<Series>> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace dralens::exporter::cluster

@@ -61,9 +61,9 @@ void Analyzer::Flush() {
     MarkAllNodesDirty(/*pools=*/false);
   }
   pending_shape_changed_ = false;
-  std::set<std::string> dirty;
+  NodeSet dirty;
   dirty.swap(dirty_nodes_);
-  std::set<std::string> tallies;
+  NodeSet tallies;
   tallies.swap(dirty_tallies_);
   for (const std::string& node : dirty) {
     RecomputeNode(node, /*pools=*/true);

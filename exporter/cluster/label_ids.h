@@ -42,6 +42,10 @@ struct LabelKey {
   friend bool operator==(const LabelKey&, const LabelKey&) = default;
   friend auto operator<=>(const LabelKey&, const LabelKey&) = default;
   uint32_t operator[](size_t i) const { return ids[i]; }
+  template <typename H>
+  friend H AbslHashValue(H h, const LabelKey& key) {
+    return H::combine(std::move(h), key.ids);
+  }
 };
 
 // Values summed by LabelKey. A node has a handful of label sets, so this is a vector searched
