@@ -95,10 +95,9 @@ struct Role {
     }
   }
   std::string Scrape() const {
-    return telemetry::Render(registry.Collect(), nullptr,
-                             telemetry::ExpositionFormat::kPrometheusText,
-                             {analyzer->ObjectSeriesCollectable().get(),
-                              analyzer->TextSeries().get()});
+    return telemetry::Render(
+        registry.Collect(), nullptr, telemetry::ExpositionFormat::kPrometheusText,
+        {analyzer->ObjectSeriesCollectable().get(), analyzer->TextSeries().get()});
   }
 
   std::unique_ptr<telemetry::TracerProvider> tracing = telemetry::TracerProvider::CreateNoop();

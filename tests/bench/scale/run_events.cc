@@ -197,8 +197,8 @@ void ScaleRun::DriveEvents() {
                           fig.cpu_s > 0 ? fig.events / fig.cpu_s : 0.0));
       Log(absl::StrCat(name, " CPU by thread: ", ByThread(fig)));
       if (fig.by_kind.size() > 1) {
-        Log(absl::StrCat(name, " events by kind: ",
-                         absl::StrJoin(fig.by_kind, ", ", absl::PairFormatter(" "))));
+        Log(absl::StrCat(
+            name, " events by kind: ", absl::StrJoin(fig.by_kind, ", ", absl::PairFormatter(" "))));
       }
     } else if (ok) {
       Log(absl::StrCat(name, ": nothing eligible"));
