@@ -16,7 +16,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "src/common/quantity.h"
 #include "src/common/status.h"
@@ -839,48 +838,7 @@ std::string FormatKubeTime(absl::Time time) {
   return absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", time, absl::UTCTimeZone());
 }
 
-namespace {
-
-// "2025-01-02T03:04:05Z", the only form metav1.Time is written in, without absl::ParseTime's
-// general format machinery (about 0.2 us a time on the benchmark machine, and a pod carries
-// several). nullopt for anything else, including fields out of range, which the general parser
-// then judges.
-std::optional<absl::Time> ParseWholeSecondsUtc(absl::string_view text) {
-  if (text.size() != 20 || text[4] != '-' || text[7] != '-' || text[10] != 'T' || text[13] != ':' ||
-      text[16] != ':' || text[19] != 'Z') {
-    return std::nullopt;
-  }
-  auto number = [&](size_t at, size_t digits, int* out) {
-    int v = 0;
-    for (size_t i = at; i < at + digits; ++i) {
-      if (text[i] < '0' || text[i] > '9') {
-        return false;
-      }
-      v = v * 10 + (text[i] - '0');
-    }
-    *out = v;
-    return true;
-  };
-  int year, month, day, hour, minute, second;
-  if (!number(0, 4, &year) || !number(5, 2, &month) || !number(8, 2, &day) ||
-      !number(11, 2, &hour) || !number(14, 2, &minute) || !number(17, 2, &second)) {
-    return std::nullopt;
-  }
-  const absl::CivilSecond civil(year, month, day, hour, minute, second);
-  // CivilSecond normalizes (February 30th is March 2nd): in range only if nothing moved.
-  if (civil.year() != year || civil.month() != month || civil.day() != day ||
-      civil.hour() != hour || civil.minute() != minute || civil.second() != second) {
-    return std::nullopt;
-  }
-  return absl::FromCivil(civil, absl::UTCTimeZone());
-}
-
-}  // namespace
-
 absl::StatusOr<absl::Time> ParseKubeTime(absl::string_view text) {
-  if (std::optional<absl::Time> fast = ParseWholeSecondsUtc(text)) {
-    return *fast;
-  }
   absl::Time out;
   std::string error;
   if (!absl::ParseTime(absl::RFC3339_full, text, &out, &error)) {
