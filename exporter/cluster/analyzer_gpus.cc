@@ -9,6 +9,7 @@
 #include "exporter/cluster/analyzer_state.h"
 #include "src/common/log.h"
 #include "src/telemetry/catalog.h"
+#include "src/telemetry/exposition.h"
 
 namespace dralens::exporter::cluster {
 
@@ -327,10 +328,12 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools) {
   for (const auto& [labels, value] : tally.gpus) {
     prometheus::Gauge*& g = agg.gpu_gauges[labels];
     if (g == nullptr) {
-      g = &gpus_.Add({{"node", node},
-                      {"driver", labels_.Value(labels[0])},
-                      {"product", labels_.Value(labels[1])},
-                      {"state", std::string(ToString(static_cast<GpuState>(labels[2])))}});
+      // Names in order (telemetry::LabelTextOf).
+      const telemetry::LabelView text[] = {{"driver", labels_.Value(labels[0])},
+                                           {"node", node},
+                                           {"product", labels_.Value(labels[1])},
+                                           {"state", ToString(static_cast<GpuState>(labels[2]))}};
+      g = &gpus_.AddText(telemetry::LabelTextOf(text));
     }
     g->Set(value);
   }
@@ -343,13 +346,15 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools) {
       s = std::make_unique<Series>();
       const std::string& product = labels_.Value(labels[1]);
       const std::string& device_class = labels_.Value(labels[2]);
-      prometheus::Labels l = {{"kind", std::string(ToString(static_cast<StrandedKind>(labels[0])))},
-                              {"node", node},
-                              {"product", product},
-                              {"device_class", device_class}};
-      s->gauge = &stranded_gpus_.Add(l);
-      s->seconds = &stranded_seconds_.Add(l);
-      s->cost = &stranded_cost_.Add(l);
+      // One text for the three families (names in order: telemetry::LabelTextOf).
+      const telemetry::LabelView l[] = {{"device_class", device_class},
+                                        {"kind", ToString(static_cast<StrandedKind>(labels[0]))},
+                                        {"node", node},
+                                        {"product", product}};
+      const std::string text = telemetry::LabelTextOf(l);
+      s->gauge = &stranded_gpus_.AddText(text);
+      s->seconds = &stranded_seconds_.AddText(text);
+      s->cost = &stranded_cost_.AddText(text);
       s->price_per_second = prices_.PriceOf(device_class, product) / 3600.0;
       s->last = now;
     }

@@ -331,6 +331,21 @@ std::string LabelText(const std::vector<ClientMetric::Label>& labels) {
   return out;
 }
 
+std::string LabelTextOf(absl::Span<const LabelView> labels) {
+  std::string out;
+  if (labels.empty()) {
+    return out;
+  }
+  out.push_back('{');
+  for (size_t i = 0; i < labels.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ",", labels[i].first, "=\"");
+    AppendEscaped(&out, labels[i].second, /*escape_quotes=*/true);
+    out.push_back('"');
+  }
+  out.push_back('}');
+  return out;
+}
+
 std::vector<ClientMetric::Label> LabelsOfText(absl::string_view text) {
   std::vector<prometheus::ClientMetric::Label> out;
   size_t i = text.empty() ? 0 : 1;  // past '{'

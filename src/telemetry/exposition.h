@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "prometheus/metric_family.h"
 #include "src/telemetry/exemplar.h"
 
@@ -137,6 +138,10 @@ void AppendHeader(std::string* out, const std::string& name, const std::string& 
                   prometheus::MetricType type, ExpositionFormat format);
 // `{a="x",b="y"}` as Render writes a series' labels (values escaped); "" for none.
 std::string LabelText(const std::vector<prometheus::ClientMetric::Label>& labels);
+// The same from (name, value) views, written in the order given: pass the names sorted, as a
+// prometheus::Labels map keeps them, for the text Render writes. Builds no strings but the text.
+using LabelView = std::pair<absl::string_view, absl::string_view>;
+std::string LabelTextOf(absl::Span<const LabelView> labels);
 // The labels back from such a text (`{a="x",b="y\"z"}`, or "" for none): names end at '=',
 // values are quoted, with \\, \" and \n unescaped.
 std::vector<prometheus::ClientMetric::Label> LabelsOfText(absl::string_view text);

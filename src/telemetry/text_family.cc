@@ -67,7 +67,11 @@ bool TextFamily<T>::Order::operator()(const Cursor& a, const Slot& b) const {
 
 template <typename T>
 T& TextFamily<T>::Add(const prometheus::Labels& labels) {
-  std::string text = LabelText(ToVector(labels));
+  return AddText(LabelText(ToVector(labels)));
+}
+
+template <typename T>
+T& TextFamily<T>::AddText(std::string text) {
   const uint64_t hash = common::Fnv1a64(text);
   absl::MutexLock lock(&mu_);
   const Probe probe{hash, text};

@@ -57,7 +57,10 @@ class TextFamily : public TextFamilyBase {
   // The series with these labels, created (at 0) the first time. The reference stays valid
   // until Remove().
   T& Add(const prometheus::Labels& labels) ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops a series Add() returned; nothing for any other pointer.
+  // The same for labels already rendered by LabelText or LabelTextOf (names sorted): a caller
+  // that adds one label set to several families renders its text once, and builds no label map.
+  T& AddText(std::string label_text) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops a series Add() or AddText() returned; nothing for any other pointer.
   void Remove(T* metric) ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -70,6 +70,32 @@ std::vector<std::string> Families(std::string text) {
   return out;
 }
 
+TEST(TextFamilyTest, AddTextIsAddOfTheSameLabels) {
+  // Values that need escaping, and names given in order.
+  const prometheus::Labels labels = {
+      {"kind", "free"}, {"node", "n\"1\\x\ny"}, {"product", ""}, {"state", "a,b"}};
+  const LabelView views[] = {
+      {"kind", "free"}, {"node", "n\"1\\x\ny"}, {"product", ""}, {"state", "a,b"}};
+  std::vector<prometheus::ClientMetric::Label> vector;
+  for (const auto& [name, value] : labels) {
+    vector.push_back({name, value});
+  }
+  EXPECT_EQ(LabelTextOf(views), LabelText(vector));
+  EXPECT_EQ(LabelTextOf({}), "");
+
+  TextFamilies families;
+  TextFamily<prometheus::Gauge>& gauge = families.AddGauge(kGauge);
+  prometheus::Gauge& added = gauge.Add(labels);
+  prometheus::Gauge& by_text = gauge.AddText(LabelTextOf(views));
+  EXPECT_EQ(&added, &by_text) << "one series, whichever way its labels came";
+  EXPECT_EQ(gauge.size(), 1u);
+  prometheus::Gauge& other = gauge.AddText(LabelTextOf({{"kind", "free"}}));
+  EXPECT_NE(&other, &added);
+  EXPECT_EQ(gauge.size(), 2u);
+  gauge.Remove(&by_text);
+  EXPECT_EQ(gauge.size(), 1u);
+}
+
 TEST(TextFamilyTest, RendersWhatRenderWritesInBothFormats) {
   Both b;
   // Out of order on purpose, with values that need escaping and fractions.
