@@ -2,13 +2,17 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -40,7 +44,8 @@ int64_t ReadStatusBytes(const std::string& path, const char* field) {
 
 }  // namespace
 
-Child::Child(std::vector<std::string> argv, std::string log_path) : log_path_(std::move(log_path)) {
+Child::Child(std::vector<std::string> argv, std::string log_path, std::vector<int> cpus)
+    : log_path_(std::move(log_path)) {
   const int log = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   std::vector<char*> cargv;
   for (std::string& a : argv) {
@@ -65,6 +70,17 @@ Child::Child(std::vector<std::string> argv, std::string log_path) : log_path_(st
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int cpu : cpus) {
+        CPU_SET(cpu, &set);
+      }
+      if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+        dprintf(STDERR_FILENO, "sched_setaffinity: %s\n", strerror(errno));
+        _exit(126);
+      }
+    }
     execv(cargv[0], cargv.data());
     _exit(127);
   }

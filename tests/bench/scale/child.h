@@ -18,8 +18,9 @@ namespace dralens::bench::scale {
 
 class Child {
  public:
-  // Starts `argv` with stdout and stderr written to `log_path` (truncated first).
-  Child(std::vector<std::string> argv, std::string log_path);
+  // Starts `argv` with stdout and stderr written to `log_path` (truncated first). With `cpus`,
+  // the child (and every thread it starts) may run only on those CPUs (sched_setaffinity).
+  Child(std::vector<std::string> argv, std::string log_path, std::vector<int> cpus = {});
   ~Child();  // SIGKILL if still running
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;

@@ -112,6 +112,9 @@ bool ScaleRun::Batch(const std::function<std::optional<WatchEvent>()>& next, int
   }
   truth_ = ComputeTruth(fleet_);
   Corrupt(truth_);
+  // A watch that falls further behind than the server's history relists, and a relist's CPU is
+  // not the events' (a batch larger than --history of one resource can cause it).
+  const int64_t lists0 = SumOver(ServerStats(), "lists");
   const std::map<std::string, int64_t> threads0 = dralens_->ThreadCpuNanos();
   const int64_t cpu0 = dralens_->CpuNanos();
   const int64_t t0 = MonotonicNanos();
@@ -142,6 +145,14 @@ bool ScaleRun::Batch(const std::function<std::optional<WatchEvent>()>& next, int
     const std::map<std::string, int64_t> threads_before = dralens_->ThreadCpuNanos();
     VerifyResult v = Check();
     if (v.ok()) {
+      if (const int64_t lists = SumOver(ServerStats(), "lists") - lists0; lists != 0) {
+        Fail(absl::StrCat(fig.kind, " batch of ", lines.size(), " events: dralens relisted (",
+                          lists,
+                          " LIST requests) during the batch, so its CPU is not the "
+                          "events'; a watch fell behind the server's history (send fewer events "
+                          "per batch)"));
+        return false;
+      }
       fig.events += static_cast<int>(lines.size());
       ++fig.batches;
       for (const auto& [kind, count] : by_kind) {

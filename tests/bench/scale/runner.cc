@@ -136,6 +136,9 @@ bool ScaleRun::StartServer(const FleetOptions& fleet_options) {
   if (!o_.list_delay.empty()) {
     argv.push_back(absl::StrCat("--list-delay=", o_.list_delay));
   }
+  if (o_.server_history > 0) {
+    argv.push_back(absl::StrCat("--history=", o_.server_history));
+  }
   server_ = std::make_unique<Child>(argv, absl::StrCat(o_.work_dir, "/apiserver.log"));
   if (!server_->WaitForOutput("scale_apiserver ready", absl::Minutes(15))) {
     Fail(absl::StrCat("scale_apiserver did not start: ", server_->Output()));
@@ -167,7 +170,7 @@ bool ScaleRun::StartDralens() {
   dralens_ = std::make_unique<Child>(
       std::vector<std::string>{o_.dralens_binary, "cluster", "--kubeconfig=" + kubeconfig,
                                "--metrics-address=127.0.0.1:0"},
-      absl::StrCat(o_.work_dir, "/dralens.log"));
+      absl::StrCat(o_.work_dir, "/dralens.log"), o_.dralens_cpus);
   // The metrics port is picked by the kernel; read it from /proc (cheaper than the log).
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline && metrics_port_ == 0 && dralens_->Running()) {

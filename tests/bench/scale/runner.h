@@ -33,6 +33,10 @@ struct RunOptions {
   std::string server_binary;
   std::string work_dir;    // kubeconfig and logs
   std::string list_delay;  // scale_apiserver --list-delay, e.g. "resourceslices:3000"
+  // The CPUs dralens may run on (sched_setaffinity before its exec); empty: any.
+  std::vector<int> dralens_cpus;
+  // Watch events the server keeps per resource (scale_apiserver --history); 0: its default.
+  size_t server_history = 0;
   absl::Duration ready_timeout = absl::Seconds(300);
   int scrapes = 20;  // per format
   bool events = true;

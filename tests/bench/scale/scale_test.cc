@@ -2,6 +2,7 @@
 // the truth, the scrape check (it must catch a wrong expectation), the events, the lean API
 // server's LIST/WATCH semantics, and one small run against the real binary.
 #include <httplib.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
+#include "tests/bench/scale/child.h"
 #include "tests/bench/scale/events.h"
 #include "tests/bench/scale/fleet.h"
 #include "tests/bench/scale/lean_api_server.h"
@@ -481,6 +483,24 @@ TEST_F(LeanServerTest, SelectorsAndUnknownPathsAreRefusedClearly) {
   EXPECT_EQ(status, 404);
 }
 
+// --- processes ----------------------------------------------------------------------------------
+
+TEST(ChildTest, RunsOnlyOnTheCpusItIsGiven) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) {
+    ++cpu;
+  }
+  ASSERT_LT(cpu, CPU_SETSIZE);
+  const std::string log = absl::StrCat(::testing::TempDir(), "/child_cpus_", ::getpid(), ".log");
+  Child child({"/bin/sh", "-c", "grep Cpus_allowed_list: /proc/self/status; echo done"}, log,
+              {cpu});
+  ASSERT_TRUE(child.WaitForOutput("done", absl::Seconds(30))) << child.Output();
+  EXPECT_THAT(child.Output(), HasSubstr(absl::StrCat("Cpus_allowed_list:\t", cpu, "\n")));
+  std::remove(log.c_str());
+}
+
 // --- a run against the real binary -----------------------------------------------------------
 
 RunOptions SmokeOptions(const std::string& name) {
@@ -514,6 +534,20 @@ TEST(SmokeTest, RealBinaryIsReadyAndEveryBatchVerifies) {
     EXPECT_TRUE(k.ok) << k.kind;
   }
   EXPECT_GT(r.relist_gone, 0) << "the 410 phase ran";
+}
+
+TEST(SmokeTest, BatchThatMadeDralensRelistIsNotCounted) {
+  // A server that keeps fewer events than a batch holds: dralens' watch falls out of the
+  // history, relists and ends up correct, but the batch's CPU includes the relist.
+  RunOptions o = SmokeOptions("relist");
+  o.server_history = 2;
+  const RunResult r = RunOne(o);
+  EXPECT_TRUE(r.ready);
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.failure, HasSubstr("relisted"));
+  for (const KindFigures& k : r.kinds) {
+    EXPECT_EQ(k.events, 0) << k.kind << ": a batch with a relist was counted";
+  }
 }
 
 TEST(SmokeTest, WrongTruthIsNeverCountedAsReady) {
