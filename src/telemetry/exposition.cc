@@ -36,6 +36,13 @@ void AppendEscaped(std::string* out, absl::string_view text, bool escape_quotes)
   }
 }
 
+// `name="value"` (value escaped), after a comma unless it is the first label.
+void AppendLabel(std::string* out, bool first, absl::string_view name, absl::string_view value) {
+  absl::StrAppend(out, first ? "" : ",", name, "=\"");
+  AppendEscaped(out, value, /*escape_quotes=*/true);
+  out->push_back('"');
+}
+
 // `{a="x",b="y"}`, plus an extra label (`le`, `quantile`) last when given; nothing for no labels.
 void AppendLabels(std::string* out, const std::vector<ClientMetric::Label>& labels,
                   absl::string_view extra_name = "", absl::string_view extra_value = "") {
@@ -43,23 +50,11 @@ void AppendLabels(std::string* out, const std::vector<ClientMetric::Label>& labe
     return;
   }
   out->push_back('{');
-  bool first = true;
-  for (const ClientMetric::Label& l : labels) {
-    if (!first) {
-      out->push_back(',');
-    }
-    first = false;
-    absl::StrAppend(out, l.name, "=\"");
-    AppendEscaped(out, l.value, /*escape_quotes=*/true);
-    out->push_back('"');
+  for (size_t i = 0; i < labels.size(); ++i) {
+    AppendLabel(out, i == 0, labels[i].name, labels[i].value);
   }
   if (!extra_name.empty()) {
-    if (!first) {
-      out->push_back(',');
-    }
-    absl::StrAppend(out, extra_name, "=\"");
-    AppendEscaped(out, extra_value, /*escape_quotes=*/true);
-    out->push_back('"');
+    AppendLabel(out, labels.empty(), extra_name, extra_value);
   }
   out->push_back('}');
 }
@@ -338,9 +333,7 @@ std::string LabelTextOf(absl::Span<const LabelView> labels) {
   }
   out.push_back('{');
   for (size_t i = 0; i < labels.size(); ++i) {
-    absl::StrAppend(&out, i == 0 ? "" : ",", labels[i].first, "=\"");
-    AppendEscaped(&out, labels[i].second, /*escape_quotes=*/true);
-    out.push_back('"');
+    AppendLabel(&out, i == 0, labels[i].first, labels[i].second);
   }
   out.push_back('}');
   return out;

@@ -488,6 +488,9 @@ TEST_F(LeanServerTest, SelectorsAndUnknownPathsAreRefusedClearly) {
 TEST(ChildTest, RunsOnlyOnTheCpusItIsGiven) {
   cpu_set_t allowed;
   ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) {
+    GTEST_SKIP() << "one CPU allowed: a child on it would read the same list unconfined";
+  }
   int cpu = 0;
   while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) {
     ++cpu;
