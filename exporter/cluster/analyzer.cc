@@ -39,6 +39,7 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
       clock_(options.clock != nullptr ? *options.clock : common::RealClock()) {
   absl::MutexLock lock(&mu_);
   deriving_ = !options.derive_after_sync;
+  no_class_ = labels_.Id("");
   for (Transition t : {Transition::kCreated, Transition::kAllocated, Transition::kReserved,
                        Transition::kInUse, Transition::kReleased, Transition::kDeleted}) {
     transition_counters_[t] = &transitions_.Add({{"to", std::string(ToString(t))}});
@@ -143,14 +144,22 @@ void Analyzer::RecountCounters(const std::string& set_key) {
   }
 }
 
-void Analyzer::MarkDeviceDirty(const Device& device) { dirty_nodes_.insert(device.node); }
+void Analyzer::MarkGpuDirty(const Device& device) {
+  if (!deriving_) {
+    return;  // SetSynced recomputes every node
+  }
+  absl::InlinedVector<uint32_t, 2>& gpus = dirty_gpus_[device.node];
+  if (std::find(gpus.begin(), gpus.end(), device.gpu_first) == gpus.end()) {
+    gpus.push_back(device.gpu_first);
+  }
+}
 
 void Analyzer::AllocationChanged(const Key& device_key) {
   Device* device = state_.FindDevice(device_key);
   if (device == nullptr) {
     return;
   }
-  MarkDeviceDirty(*device);
+  MarkGpuDirty(*device);
   for (const auto& [set_key, counters] : device->consumes) {
     RecountCounters(set_key);
   }

@@ -46,6 +46,7 @@
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -171,6 +172,7 @@ class Analyzer {
   struct NodeAggregate;
   struct PendingShape;
   struct GpuTally;
+  struct GpuPartEntry;
   struct LeafCounts;
   using Key = std::string;
   using DeviceMap = ClusterState::DeviceMap;
@@ -222,7 +224,8 @@ class Analyzer {
   // Recounts a counter set's use, then marks its node dirty and refreshes its consumers.
   void RecountCounters(const std::string& set_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AllocationChanged(const Key& device_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkDeviceDirty(const Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pool state and GPU tally of the device's GPU are stale (dirty_gpus_).
+  void MarkGpuDirty(const Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Counts per pending request shape, kept as devices come, go and change state, so that a
   // reason is re-derived only when a count it depends on moves.
@@ -243,7 +246,7 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a node's free_while_pending attribution can move when `shape`'s longest-pending
   // claim goes from `from` to `to` (of those classes). A node's attribution is the class of the
-  // longest-pending claim among the shapes its free devices fit (TallyGpus): it moves only when
+  // longest-pending claim among the shapes its free devices fit (TallyGpu): it moves only when
   // the two classes differ, or another shape's longest-pending claim lies between the two with
   // another class. Otherwise the shape's nodes need no recompute, which a scheduler serving
   // claims oldest first would otherwise cause on every allocation, for every node with a free
@@ -282,7 +285,12 @@ class Analyzer {
   void Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `pools`: also recount the node's devices by class and state (dralens_cluster_pool_devices),
   // which only devices, taints, classes and allocations move; a claim's state does not.
-  void RecomputeNode(const std::string& node, bool pools) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `tallies`: the GPU tallies of all its GPUs (dralens_cluster_gpus, stranded and held GPUs).
+  // `gpus`: also these GPUs (by Device::gpu_first), counted and tallied again because their
+  // devices' holders, or their holders' states, changed; the node's other GPUs keep what they
+  // added last time.
+  void RecomputeNode(const std::string& node, bool pools, bool tallies,
+                     absl::Span<const uint32_t> gpus) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RecomputePlaceable(const std::string& node, NodeAggregate& agg)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the fleet totals of dralens_cluster_pool_devices from a node's old counts to its new.
@@ -292,11 +300,19 @@ class Analyzer {
   // Moves the fleet's held GPUs from a node's old tally to its new one, accruing first.
   void UpdateHeld(const LabelTable<double>& before, const LabelTable<double>& after, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The physical GPUs of a node, in GPU-equivalents by state and stranded kind. With `of_claim`
-  // (and `parts`), only what that claim holds on the node, added to `parts` by (class, product);
-  // the tally returned is then empty.
-  GpuTally TallyGpus(const std::string& node, const Claim* of_claim = nullptr,
-                     std::map<std::pair<std::string, std::string>, double>* parts = nullptr)
+  // Replaces the entries of GPU `gpu` in a node's `parts` (ordered by GPU) with `part`, growing
+  // the vector to what it needs rather than to twice its size: a node's parts stay for the run.
+  static void ReplaceGpu(std::vector<GpuPartEntry>& parts, uint32_t gpu,
+                         const std::vector<GpuPartEntry>& part);
+  // What a device adds to its node's pool counts: tainted, allocated (or blocked), or free.
+  PoolState PoolStateOf(const Device& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One physical GPU (its devices, adjacent in DevicesOn order; `down`: its node is), in
+  // GPU-equivalents by state and stranded kind: each addition to a GpuTally appended to `out`
+  // under `gpu`. With `of_claim` (and `parts`), only what that claim holds of it, added to
+  // `parts` by (class, product), and nothing is appended.
+  void TallyGpu(absl::Span<Device* const> devices, bool down, uint32_t gpu,
+                std::vector<GpuPartEntry>& out, const Claim* of_claim = nullptr,
+                std::map<std::pair<std::string, std::string>, double>* parts = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // GPU-seconds and cost of the claim's current allocation up to `now`, at today's prices;
   // zero when it is not allocated or its allocation time is unknown. Sets `gpus` (when given)
@@ -342,6 +358,7 @@ class Analyzer {
   absl::Mutex mu_;
   // Label values of the derived series as integers (label_ids.h).
   LabelIds labels_ ABSL_GUARDED_BY(mu_);
+  uint32_t no_class_ ABSL_GUARDED_BY(mu_) = 0;  // the id of "": no device class
   // Attribute and capacity names of the devices' CompactSpecs.
   NamePool names_ ABSL_GUARDED_BY(mu_);
   // Selectors: compiled once per distinct expression.
@@ -385,10 +402,15 @@ class Analyzer {
   // Dirty sets, applied by Flush().
   using NodeSet = absl::flat_hash_set<std::string>;
   NodeSet dirty_nodes_ ABSL_GUARDED_BY(mu_);
-  // Nodes whose GPU tally alone is stale: a claim holding a device there changed state (in use
-  // or not), or the longest-pending claim a free device there could serve changed; that moves
-  // stranded and held GPUs but no device's pool state.
+  // Nodes whose GPU tallies alone are stale: the longest-pending claim a free device there
+  // could serve changed; that moves stranded GPUs but no device's pool state.
   NodeSet dirty_tallies_ ABSL_GUARDED_BY(mu_);
+  // GPUs (by node, then Device::gpu_first) whose devices' holders, or whose holders' states (in
+  // use or not), changed: only they are tallied and counted again, unless their node is in a
+  // set above. A device that comes or goes marks its node in dirty_nodes_, so the indexes stay
+  // valid until Flush.
+  absl::flat_hash_map<std::string, absl::InlinedVector<uint32_t, 2>> dirty_gpus_
+      ABSL_GUARDED_BY(mu_);
   // Every node's free_while_pending attribution may move (the classes changed).
   bool pending_shape_changed_ ABSL_GUARDED_BY(mu_) = false;
   // Leaf requests (a request, or one alternative of a firstAvailable request) of the pending

@@ -249,7 +249,7 @@ void Analyzer::RefreshClaimState(Claim& claim) {
   // allocated_not_running follows the state of the claims holding a device.
   for (const auto& [device, cls] : claim.devices) {
     if (const Device* d = state_.FindDevice(device); d != nullptr) {
-      dirty_tallies_.insert(d->node);
+      MarkGpuDirty(*d);
     }
   }
 }

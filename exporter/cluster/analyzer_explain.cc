@@ -270,15 +270,17 @@ std::pair<double, double> Analyzer::CurrentSpend(const Claim& claim, absl::Time 
   if (seconds == 0 && gpus == nullptr) {
     return {0, 0};  // nothing spent, and what it holds is not asked for
   }
-  std::set<std::string> nodes;
+  // The GPUs it holds (part of), each once, by node and place on the node.
+  std::map<std::pair<std::string, uint32_t>, const Device*> gpus_held;
   for (const auto& [key, cls] : claim.devices) {
     if (const Device* d = state_.FindDevice(key); d != nullptr) {
-      nodes.insert(d->node);
+      gpus_held.emplace(std::make_pair(d->node, d->gpu_first), d);
     }
   }
   std::map<std::pair<std::string, std::string>, double> held;  // (class, product) -> GPUs
-  for (const std::string& node : nodes) {
-    TallyGpus(node, &claim, &held);
+  std::vector<GpuPartEntry> unused;
+  for (const auto& [place, d] : gpus_held) {
+    TallyGpu(state_.GpuOf(*d), state_.NodeDown(d->node), 0, unused, &claim, &held);
   }
   double gpu_seconds = 0;
   double cost = 0;

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -66,12 +67,22 @@ void Analyzer::Flush() {
   dirty.swap(dirty_nodes_);
   NodeSet tallies;
   tallies.swap(dirty_tallies_);
+  absl::flat_hash_map<std::string, absl::InlinedVector<uint32_t, 2>> gpus;
+  gpus.swap(dirty_gpus_);
   for (const std::string& node : dirty) {
-    RecomputeNode(node, /*pools=*/true);
+    RecomputeNode(node, /*pools=*/true, /*tallies=*/true, {});
   }
   for (const std::string& node : tallies) {
     if (!dirty.contains(node)) {
-      RecomputeNode(node, /*pools=*/false);
+      auto marked = gpus.find(node);
+      RecomputeNode(node, /*pools=*/false, /*tallies=*/true,
+                    marked != gpus.end() ? absl::MakeConstSpan(marked->second)
+                                         : absl::Span<const uint32_t>());
+    }
+  }
+  for (const auto& [node, marked] : gpus) {
+    if (!dirty.contains(node) && !tallies.contains(node)) {
+      RecomputeNode(node, /*pools=*/false, /*tallies=*/false, marked);
     }
   }
 }
@@ -113,207 +124,279 @@ absl::string_view ToString(Usage usage) {
   return usage == Usage::kInUse ? "in_use" : "allocated_not_running";
 }
 
-Analyzer::GpuTally Analyzer::TallyGpus(
-    const std::string& node, const Claim* of_claim,
-    std::map<std::pair<std::string, std::string>, double>* parts) {
-  GpuTally tally;
-  const std::vector<Device*>& on_node = state_.DevicesOn(node);
-  if (on_node.empty()) {
-    return tally;
+void Analyzer::TallyGpu(absl::Span<Device* const> devices, bool down, uint32_t gpu,
+                        std::vector<GpuPartEntry>& out, const Claim* of_claim,
+                        std::map<std::pair<std::string, std::string>, double>* parts) {
+  const uint32_t no_class = no_class_;
+  if (of_claim != nullptr &&
+      std::none_of(devices.begin(), devices.end(), [of_claim](const Device* d) {
+        const ClusterState::Holders* holders = ClusterState::HoldersOf(*d);
+        return holders != nullptr &&
+               std::any_of(holders->begin(), holders->end(),
+                           [of_claim](const auto& holder) { return holder.first == of_claim; });
+      })) {
+    return;  // only the claim's parts are asked for, and it holds nothing of this GPU
   }
-  const bool down = state_.NodeDown(node);
-  const uint32_t no_class = labels_.Id("");
-  // The store keeps a node's devices by physical GPU, each GPU's in key order.
-  for (size_t begin = 0; begin < on_node.size();) {
-    size_t end = begin + 1;
-    while (end < on_node.size() && on_node[end]->gpu == on_node[begin]->gpu) {
-      ++end;
+  const Device& first = *devices.front();
+  const CounterSet* set = nullptr;
+  if (!first.consumes.empty()) {
+    set = state_.FindCounterSet(first.consumes.front().first);
+  }
+  double weights = 0;
+  for (const Device* d : devices) {
+    weights += d->weight;
+  }
+  // The GPU in parts: what each holder holds (unavailable when the device is tainted or the
+  // node down), and what is left.
+  struct Held {
+    const Claim* claim;
+    const std::string* device_class;  // of the request the device was allocated for
+    double gpus;
+    bool unavailable;
+  };
+  auto class_of = [](const Claim& claim, const Key& device) -> const std::string* {
+    if (claim.held_class != nullptr) {
+      return claim.held_class;  // every device it holds is of one class
     }
-    const absl::Span<Device* const> devices(&on_node[begin], end - begin);
-    begin = end;
-    if (of_claim != nullptr &&
-        std::none_of(devices.begin(), devices.end(), [of_claim](const Device* d) {
-          const ClusterState::Holders* holders = ClusterState::HoldersOf(*d);
-          return holders != nullptr &&
-                 std::any_of(holders->begin(), holders->end(),
-                             [of_claim](const auto& holder) { return holder.first == of_claim; });
-        })) {
-      continue;  // only the claim's parts are asked for, and it holds nothing of this GPU
+    for (const auto& [key, cls] : claim.devices) {
+      if (key == device && !cls.empty()) {
+        return &cls;
+      }
     }
-    const Device& first = *devices.front();
-    const CounterSet* set = nullptr;
-    if (!first.consumes.empty()) {
-      set = state_.FindCounterSet(first.consumes.front().first);
-    }
-    double weights = 0;
+    return &claim.device_class();
+  };
+  std::vector<Held> held;
+  double left_free = 0, left_unavailable = 0;
+  if (set != nullptr) {
+    // Partitionable: a device holds the share of the counter set it consumes.
+    double taken = 0;
+    bool usable = false;  // some device that nobody holds can still be allocated
     for (const Device* d : devices) {
-      weights += d->weight;
-    }
-    // The GPU in parts: what each holder holds (unavailable when the device is tainted or the
-    // node down), and what is left.
-    struct Held {
-      const Claim* claim;
-      const std::string* device_class;  // of the request the device was allocated for
-      double gpus;
-      bool unavailable;
-    };
-    auto class_of = [](const Claim& claim, const Key& device) -> const std::string* {
-      if (claim.held_class != nullptr) {
-        return claim.held_class;  // every device it holds is of one class
+      std::vector<std::pair<const Claim*, double>> holders = state_.HolderShares(*d);
+      if (holders.empty()) {
+        usable = usable || !d->tainted;
+        continue;
       }
-      for (const auto& [key, cls] : claim.devices) {
-        if (key == device && !cls.empty()) {
-          return &cls;
-        }
-      }
-      return &claim.device_class();
-    };
-    std::vector<Held> held;
-    double left_free = 0, left_unavailable = 0;
-    if (set != nullptr) {
-      // Partitionable: a device holds the share of the counter set it consumes.
-      double taken = 0;
-      bool usable = false;  // some device that nobody holds can still be allocated
-      for (const Device* d : devices) {
-        std::vector<std::pair<const Claim*, double>> holders = state_.HolderShares(*d);
-        if (holders.empty()) {
-          usable = usable || !d->tainted;
-          continue;
-        }
-        std::map<std::string, double> consumed;
-        for (const auto& [set_key, counters] : d->consumes) {
-          if (set_key == set->key) {
-            for (const auto& [name, value] : counters) {
-              consumed[name] += value;
-            }
+      std::map<std::string, double> consumed;
+      for (const auto& [set_key, counters] : d->consumes) {
+        if (set_key == set->key) {
+          for (const auto& [name, value] : counters) {
+            consumed[name] += value;
           }
         }
-        const double share = ShareOf(set->capacity, consumed);
-        for (const auto& [claim, part] : holders) {
-          const double gpus = std::min(share * part, std::max(0.0, 1 - taken));
-          taken += gpus;
-          held.push_back({claim, class_of(*claim, d->key), gpus, down || d->tainted});
-        }
       }
-      const double left = std::max(0.0, 1 - taken);
-      (down || !usable ? left_unavailable : left_free) += left;
-    } else {
-      // Whole devices, or static MIG devices of one parent: each is its weight's share.
-      for (const Device* d : devices) {
-        const double part = weights > 0 ? d->weight / weights : 0;
-        double taken = 0;
-        for (const auto& [claim, share] : state_.HolderShares(*d)) {
-          held.push_back({claim, class_of(*claim, d->key), part * share, down || d->tainted});
-          taken += part * share;
-        }
-        (down || d->tainted ? left_unavailable : left_free) += std::max(0.0, part - taken);
+      const double share = ShareOf(set->capacity, consumed);
+      for (const auto& [claim, part] : holders) {
+        const double gpus = std::min(share * part, std::max(0.0, 1 - taken));
+        taken += gpus;
+        held.push_back({claim, class_of(*claim, d->key), gpus, down || d->tainted});
       }
     }
-
-    // Each part judged by the pure rule of findings.h: one state, at most one stranded kind.
-    const uint32_t product = first.product_id;
-    auto record = [&](const PartFinding& f, double gpus, uint32_t holder_class,
-                      uint32_t pending_class) {
-      if (gpus <= 0) {
-        return;
+    const double left = std::max(0.0, 1 - taken);
+    (down || !usable ? left_unavailable : left_free) += left;
+  } else {
+    // Whole devices, or static MIG devices of one parent: each is its weight's share.
+    for (const Device* d : devices) {
+      const double part = weights > 0 ? d->weight / weights : 0;
+      double taken = 0;
+      for (const auto& [claim, share] : state_.HolderShares(*d)) {
+        held.push_back({claim, class_of(*claim, d->key), part * share, down || d->tainted});
+        taken += part * share;
       }
-      tally.gpus[{{first.driver_id, product, static_cast<uint32_t>(f.state)}}] += gpus;
-      if (f.stranded.has_value()) {
-        const uint32_t cls = f.device_class == StrandedClass::kHolder           ? holder_class
-                             : f.device_class == StrandedClass::kLongestPending ? pending_class
-                                                                                : no_class;
-        tally.stranded[{{static_cast<uint32_t>(*f.stranded), product, cls}}] += gpus;
-      }
-    };
-    if (of_claim != nullptr) {
-      for (const Held& h : held) {
-        if (h.claim == of_claim) {
-          (*parts)[{*h.device_class, first.product()}] += h.gpus;
-        }
-      }
-      continue;  // the rest of the GPU is not the claim's
+      (down || d->tainted ? left_unavailable : left_free) += std::max(0.0, part - taken);
     }
-    double allocated = 0;
-    for (const Held& h : held) {
-      const uint32_t cls = h.device_class == h.claim->held_class ? h.claim->held_class_id
-                                                                 : labels_.Id(*h.device_class);
-      if (h.gpus > 0) {
-        // Showback counts what a claim holds whether or not its device is usable now.
-        const Usage usage =
-            h.claim->state == ClaimState::kInUse ? Usage::kInUse : Usage::kAllocatedNotRunning;
-        tally.held[{{h.claim->ns_id, cls, product, static_cast<uint32_t>(usage)}}] += h.gpus;
-      }
-      const PartFinding f = JudgePart({.held = true,
-                                       .unavailable = h.unavailable,
-                                       .holder_in_use = h.claim->state == ClaimState::kInUse});
-      record(f, h.gpus, cls, no_class);
-      if (f.state == GpuState::kAllocated) {
-        allocated += h.gpus;
-      }
-    }
-    record(JudgePart({.unavailable = true}), left_unavailable, no_class, no_class);
-    if (left_free <= 0) {
-      continue;
-    }
-    // The free part. Whether a pending claim could use one of the GPU's free devices is asked
-    // only while claims pend: it is the costly fact.
-    GpuPart free_part{.claims_pend = !pending_requests_.empty()};
-    const Claim* oldest = nullptr;
-    if (free_part.claims_pend) {
-      std::vector<Device*> free;
-      bool mig = false;
-      for (Device* d : devices) {
-        mig = mig || d->type() == "mig";
-        if (!d->tainted && state_.DeviceFree(*d)) {
-          free.push_back(d);
-        }
-      }
-      oldest = OldestPendingFor(free);
-      free_part.fits_pending = oldest != nullptr;
-      free_part.mig_cut = mig && (allocated > 0 || set == nullptr);
-    }
-    record(JudgePart(free_part), left_free, no_class,
-           oldest != nullptr ? oldest->class_id : no_class);
   }
-  return tally;
+
+  // Each part judged by the pure rule of findings.h: one state, at most one stranded kind.
+  const uint32_t product = first.product_id;
+  auto record = [&](const PartFinding& f, double gpus, uint32_t holder_class,
+                    uint32_t pending_class) {
+    if (gpus <= 0) {
+      return;
+    }
+    out.push_back({gpu, 0, {{first.driver_id, product, static_cast<uint32_t>(f.state)}}, gpus});
+    if (f.stranded.has_value()) {
+      const uint32_t cls = f.device_class == StrandedClass::kHolder           ? holder_class
+                           : f.device_class == StrandedClass::kLongestPending ? pending_class
+                                                                              : no_class;
+      out.push_back({gpu, 1, {{static_cast<uint32_t>(*f.stranded), product, cls}}, gpus});
+    }
+  };
+  if (of_claim != nullptr) {
+    for (const Held& h : held) {
+      if (h.claim == of_claim) {
+        (*parts)[{*h.device_class, first.product()}] += h.gpus;
+      }
+    }
+    return;  // the rest of the GPU is not the claim's
+  }
+  double allocated = 0;
+  for (const Held& h : held) {
+    const uint32_t cls = h.device_class == h.claim->held_class ? h.claim->held_class_id
+                                                               : labels_.Id(*h.device_class);
+    if (h.gpus > 0) {
+      // Showback counts what a claim holds whether or not its device is usable now.
+      const Usage usage =
+          h.claim->state == ClaimState::kInUse ? Usage::kInUse : Usage::kAllocatedNotRunning;
+      out.push_back(
+          {gpu, 2, {{h.claim->ns_id, cls, product, static_cast<uint32_t>(usage)}}, h.gpus});
+    }
+    const PartFinding f = JudgePart({.held = true,
+                                     .unavailable = h.unavailable,
+                                     .holder_in_use = h.claim->state == ClaimState::kInUse});
+    record(f, h.gpus, cls, no_class);
+    if (f.state == GpuState::kAllocated) {
+      allocated += h.gpus;
+    }
+  }
+  record(JudgePart({.unavailable = true}), left_unavailable, no_class, no_class);
+  if (left_free <= 0) {
+    return;
+  }
+  // The free part. Whether a pending claim could use one of the GPU's free devices is asked
+  // only while claims pend: it is the costly fact.
+  GpuPart free_part{.claims_pend = !pending_requests_.empty()};
+  const Claim* oldest = nullptr;
+  if (free_part.claims_pend) {
+    std::vector<Device*> free;
+    bool mig = false;
+    for (Device* d : devices) {
+      mig = mig || d->type() == "mig";
+      if (!d->tainted && state_.DeviceFree(*d)) {
+        free.push_back(d);
+      }
+    }
+    oldest = OldestPendingFor(free);
+    free_part.fits_pending = oldest != nullptr;
+    free_part.mig_cut = mig && (allocated > 0 || set == nullptr);
+  }
+  record(JudgePart(free_part), left_free, no_class,
+         oldest != nullptr ? oldest->class_id : no_class);
 }
 
-void Analyzer::RecomputeNode(const std::string& node, bool pools) {
+void Analyzer::ReplaceGpu(std::vector<GpuPartEntry>& parts, uint32_t gpu,
+                          const std::vector<GpuPartEntry>& part) {
+  using Entry = GpuPartEntry;
+  auto begin = std::lower_bound(parts.begin(), parts.end(), gpu,
+                                [](const Entry& e, uint32_t g) { return e.gpu < g; });
+  auto end = std::find_if(begin, parts.end(), [gpu](const Entry& e) { return e.gpu != gpu; });
+  const size_t size = parts.size() - static_cast<size_t>(end - begin) + part.size();
+  if (size > parts.capacity()) {
+    std::vector<Entry> grown;
+    grown.reserve(size);
+    grown.insert(grown.end(), parts.begin(), begin);
+    grown.insert(grown.end(), part.begin(), part.end());
+    grown.insert(grown.end(), end, parts.end());
+    parts = std::move(grown);
+    return;
+  }
+  begin = parts.erase(begin, end);
+  parts.insert(begin, part.begin(), part.end());
+}
+
+PoolState Analyzer::PoolStateOf(const Device& d) const {
+  return d.tainted                                                ? PoolState::kTainted
+         : (state_.DeviceAllocated(d) || state_.DeviceBlocked(d)) ? PoolState::kAllocated
+                                                                  : PoolState::kFree;
+}
+
+void Analyzer::RecomputeNode(const std::string& node, bool pools, bool tallies,
+                             absl::Span<const uint32_t> gpus) {
   auto& slot = node_aggregates_[node];
   if (slot == nullptr) {
     slot = std::make_unique<NodeAggregate>();
-    pools = true;
+    pools = tallies = true;
   }
   NodeAggregate& agg = *slot;
   const std::vector<Device*>& on_node = state_.DevicesOn(node);
+  const uint32_t no_class = no_class_;
+  // The marked GPUs, each once (an index that no longer starts a GPU cannot occur: a device
+  // that comes or goes marks its whole node).
+  absl::InlinedVector<uint32_t, 4> marked;
+  for (uint32_t first : gpus) {
+    if (first < on_node.size() && on_node[first]->gpu_first == first &&
+        std::find(marked.begin(), marked.end(), first) == marked.end()) {
+      marked.push_back(first);
+    }
+  }
+  auto devices_of = [&](uint32_t first) {
+    return absl::MakeConstSpan(on_node).subspan(first, on_node[first]->gpu_devices);
+  };
+  auto count = [&](LabelTable<std::array<int, kPoolStates>>& pool, const Device& d, int state,
+                   int n) {
+    if (d.class_ids.empty()) {
+      pool[{{d.driver_id, no_class, d.product_id}}][state] += n;
+    }
+    for (uint32_t cls : d.class_ids) {
+      pool[{{d.driver_id, cls, d.product_id}}][state] += n;
+    }
+  };
+  if (!pools) {
+    // Only the marked GPUs' devices can have changed state; a device not counted yet (none
+    // should be) sends the node back to a full count.
+    for (uint32_t first : marked) {
+      for (const Device* d : devices_of(first)) {
+        pools = pools || d->pool_state < 0;
+      }
+    }
+  }
   if (pools) {
     LabelTable<std::array<int, kPoolStates>> pool;
-    const uint32_t no_class = labels_.Id("");
-    for (const Device* device : on_node) {
-      const Device& d = *device;
-      const bool allocated = state_.DeviceAllocated(d);
-      const bool blocked = state_.DeviceBlocked(d);
-      PoolState state = d.tainted                ? PoolState::kTainted
-                        : (allocated || blocked) ? PoolState::kAllocated
-                                                 : PoolState::kFree;
-      auto count = [&](uint32_t cls) {
-        ++pool[{{d.driver_id, cls, d.product_id}}][static_cast<int>(state)];
-      };
-      if (d.class_ids.empty()) {
-        count(no_class);
-      }
-      for (uint32_t cls : d.class_ids) {
-        count(cls);
-      }
+    for (Device* d : on_node) {
+      d->pool_state = static_cast<int8_t>(PoolStateOf(*d));
+      count(pool, *d, d->pool_state, 1);
     }
     UpdatePoolTotals(agg.pool, pool);
     agg.pool = std::move(pool);
+  } else if (!marked.empty()) {
+    std::optional<LabelTable<std::array<int, kPoolStates>>> pool;
+    for (uint32_t first : marked) {
+      for (Device* d : devices_of(first)) {
+        const int state = static_cast<int>(PoolStateOf(*d));
+        if (state == d->pool_state) {
+          continue;
+        }
+        if (!pool.has_value()) {
+          pool = agg.pool;
+        }
+        count(*pool, *d, d->pool_state, -1);
+        count(*pool, *d, state, 1);
+        d->pool_state = static_cast<int8_t>(state);
+      }
+    }
+    if (pool.has_value()) {
+      UpdatePoolTotals(agg.pool, *pool);
+      agg.pool = *std::move(pool);
+    }
   }
+
+  // The node's tally: every GPU's parts again, or the marked GPUs' parts replaced; then their
+  // sum, GPU by GPU.
+  const bool down = state_.NodeDown(node);
+  std::vector<GpuPartEntry> part;
+  part.reserve(tallies ? 2 * on_node.size() + 2 : 8);
+  if (tallies) {
+    for (size_t first = 0; first < on_node.size(); first += on_node[first]->gpu_devices) {
+      TallyGpu(devices_of(static_cast<uint32_t>(first)), down, on_node[first]->gpu_ordinal, part);
+    }
+    agg.parts = part;  // a copy allocates what it needs, where appending would double
+  } else {
+    for (uint32_t first : marked) {
+      part.clear();
+      TallyGpu(devices_of(first), down, on_node[first]->gpu_ordinal, part);
+      ReplaceGpu(agg.parts, on_node[first]->gpu_ordinal, part);
+    }
+  }
+  GpuTally tally;
+  LabelTable<double>* tables[] = {&tally.gpus, &tally.stranded, &tally.held};
+  for (const GpuPartEntry& e : agg.parts) {
+    (*tables[e.table])[e.labels] += e.gpus;
+  }
+
   // The node's series that went to zero stay at zero while it publishes devices (a state with
   // no GPU reads 0, not a gap), and go with its last device.
   const bool has_devices = !on_node.empty();
 
-  GpuTally tally = TallyGpus(node);
   agg.gpu_gauges.EraseIf([&](const LabelKey& labels, prometheus::Gauge* gauge) {
     if (tally.gpus.Contains(labels)) {
       return false;
@@ -371,7 +454,10 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools) {
   }
   UpdateHeld(agg.held, tally.held, now);
   agg.held = std::move(tally.held);
-  RecomputePlaceable(node, agg);
+  if (pools || tallies) {
+    // A marked GPU's holders changed without moving a counter set (that marks the node).
+    RecomputePlaceable(node, agg);
+  }
 }
 
 void Analyzer::UpdateHeld(const LabelTable<double>& before, const LabelTable<double>& after,
@@ -405,143 +491,6 @@ void Analyzer::UpdateHeld(const LabelTable<double>& before, const LabelTable<dou
     if (s->gpus < kEpsilon) {
       s->gpus = 0;  // what float sums leave of a claim that is gone
     }
-  }
-}
-
-void Analyzer::UpdatePoolTotals(const LabelTable<std::array<int, kPoolStates>>& before,
-                                const LabelTable<std::array<int, kPoolStates>>& after) {
-  LabelTable<bool> touched;
-  for (const auto& [labels, counts] : before) {
-    PoolTotal& total = pool_totals_[labels];
-    for (int s = 0; s < kPoolStates; ++s) {
-      total.devices[s] -= counts[s];
-    }
-    touched[labels] = true;
-  }
-  for (const auto& [labels, counts] : after) {
-    PoolTotal& total = pool_totals_[labels];
-    for (int s = 0; s < kPoolStates; ++s) {
-      total.devices[s] += counts[s];
-    }
-    touched[labels] = true;
-  }
-  // A (driver, class, product) that any node publishes has all three states, zeros included, so
-  // that "no free device of this class" reads as 0, not as a missing series; it goes when the
-  // last of its devices does. The family holds a few series per class, so removing is cheap.
-  for (const auto& [labels, unused] : touched) {
-    auto it = pool_totals_.find(labels);
-    PoolTotal& total = it->second;
-    const bool any =
-        std::any_of(total.devices.begin(), total.devices.end(), [](int64_t n) { return n != 0; });
-    const std::string& driver = labels_.Value(labels[0]);
-    const std::string& device_class = labels_.Value(labels[1]);
-    const std::string& product = labels_.Value(labels[2]);
-    // The price of a GPU of each (class, product) published, so that rules can price what the
-    // node's series count (idle claims) the way stranded cost is priced here.
-    if (any && total.gauges[0] == nullptr) {
-      const std::pair<std::string, std::string> priced = {device_class, product};
-      auto& [gauge, refs] = prices_in_use_[priced];
-      if (refs++ == 0) {
-        gauge =
-            &price_per_gpu_hour_.Add({{"device_class", priced.first}, {"product", priced.second}});
-        gauge->Set(prices_.PriceOf(priced.first, priced.second));
-      }
-    } else if (!any && total.gauges[0] != nullptr) {
-      auto price = prices_in_use_.find({device_class, product});
-      if (price != prices_in_use_.end() && --price->second.second == 0) {
-        price_per_gpu_hour_.Remove(price->second.first);
-        prices_in_use_.erase(price);
-      }
-    }
-    for (int s = 0; s < kPoolStates; ++s) {
-      if (!any) {
-        if (total.gauges[s] != nullptr) {
-          pool_devices_.Remove(total.gauges[s]);
-        }
-        continue;
-      }
-      if (total.gauges[s] == nullptr) {
-        total.gauges[s] =
-            &pool_devices_.Add({{"driver", driver},
-                                {"device_class", device_class},
-                                {"product", product},
-                                {"state", std::string(ToString(static_cast<PoolState>(s)))}});
-      }
-      total.gauges[s]->Set(static_cast<double>(total.devices[s]));
-    }
-    if (!any) {
-      pool_totals_.erase(it);
-    }
-  }
-}
-
-void Analyzer::RecomputePlaceable(const std::string& node, NodeAggregate& agg) {
-  std::map<std::vector<std::string>, double> placeable;
-  // The node's counter sets, found through its devices: O(devices of the node), not O(sets of
-  // the fleet).
-  std::set<std::string> set_keys;
-  for (const Device* d : state_.DevicesOn(node)) {
-    for (const auto& [set_key, counters] : d->consumes) {
-      set_keys.insert(set_key);
-    }
-  }
-  for (const std::string& set_key : set_keys) {
-    const CounterSet* set = state_.FindCounterSet(set_key);
-    if (set == nullptr || set->node != node) {
-      continue;
-    }
-    std::map<std::string, std::vector<Device*>> by_profile;
-    for (const Key& key : set->devices) {
-      Device& d = *state_.FindDevice(key);
-      std::string profile =
-          !d.profile().empty() ? d.profile() : (!d.type().empty() ? d.type() : "device");
-      auto& list = by_profile[profile];
-      if (!d.tainted && ClusterState::HoldersOf(d) == nullptr) {
-        list.push_back(&d);
-      }
-    }
-    for (auto& [profile, candidates] : by_profile) {
-      std::sort(candidates.begin(), candidates.end(),
-                [](const Device* a, const Device* b) { return a->key < b->key; });
-      std::map<std::string, double> left = set->capacity;
-      for (const auto& [name, used] : set->used) {
-        left[name] -= used;
-      }
-      int fits = 0;
-      for (const Device* d : candidates) {
-        for (const auto& [consumed_set, counters] : d->consumes) {
-          if (consumed_set != set_key) {
-            continue;
-          }
-          bool ok = true;
-          for (const auto& [name, need] : counters) {
-            ok = ok && fit::WithinCounter(left[name], need);
-          }
-          if (ok) {
-            for (const auto& [name, need] : counters) {
-              left[name] -= need;
-            }
-            ++fits;
-          }
-        }
-      }
-      placeable[{set->name, profile}] = fits;
-    }
-  }
-  for (auto it = agg.placeable.begin(); it != agg.placeable.end();) {
-    if (placeable.count(it->first) == 0) {
-      mig_placeable_.Remove(it->second);
-      it = agg.placeable.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (const auto& [labels, count] : placeable) {
-    prometheus::Gauge*& g = agg.placeable[labels];
-    if (g == nullptr) {
-      g = &mig_placeable_.Add({{"node", node}, {"gpu", labels[0]}, {"profile", labels[1]}});
-    }
-    g->Set(count);
   }
 }
 

@@ -5,7 +5,8 @@
 //   analyzer_inventory.cc  slices, classes, nodes and pods as they come and go
 //   analyzer_claims.cc     claims: allocations, reservations, states, transitions
 //   analyzer_pending.cc    pending claims' reasons, from counts kept per request shape
-//   analyzer_gpus.cc       the derived series: physical GPUs, stranded capacity, MIG placement
+//   analyzer_gpus.cc       the derived series: physical GPUs and stranded capacity, by GPU
+//   analyzer_pools.cc      published devices by class and state, MIG placement
 // and uses what lives apart from them: cluster_state.h (the objects and their indexes),
 // label_ids.h (label values as integers), lifecycle_tracer.h (each claim's span),
 // object_series.h (per-claim series), findings.h (the pure classifiers).
@@ -66,6 +67,23 @@ struct Analyzer::Series {
 enum class Usage : uint32_t { kInUse, kAllocatedNotRunning };
 absl::string_view ToString(Usage usage);
 
+struct Analyzer::GpuTally {
+  LabelTable<double> gpus;
+  LabelTable<double> stranded;
+  // GPU-equivalents held by claims (in_use while a reserving pod runs, else
+  // allocated_not_running).
+  LabelTable<double> held;
+};
+
+// One addition a GPU makes to its node's tally (GpuTally): `table` 0 is gpus, 1 stranded,
+// 2 held.
+struct Analyzer::GpuPartEntry {
+  uint32_t gpu = 0;
+  uint8_t table = 0;
+  LabelKey labels;
+  double gpus = 0;
+};
+
 struct Analyzer::NodeAggregate {
   // What the node adds to dralens_cluster_pool_devices, indexed by PoolState.
   LabelTable<std::array<int, kPoolStates>> pool;
@@ -74,6 +92,10 @@ struct Analyzer::NodeAggregate {
   // while the node strands nothing of that kind.
   LabelTable<std::unique_ptr<Series>> stranded;
   LabelTable<double> held;
+  // What each of its GPUs adds to its tally, by Device::gpu_ordinal and in the order TallyGpu
+  // found it: the node's tally is their sum in that order, the same sum whichever GPUs were
+  // tallied again, and a change tallies again only the GPUs it touched.
+  std::vector<GpuPartEntry> parts;
   std::map<std::vector<std::string>, prometheus::Gauge*> placeable;  // gpu, profile
 };
 
@@ -92,14 +114,6 @@ struct Analyzer::LeafCounts {
   // this leaf's longest-pending claim can move free_while_pending attribution.
   absl::flat_hash_map<std::string, int> free_nodes;
   std::optional<PendingReason> last;  // the reason the pending claims were last given
-};
-
-struct Analyzer::GpuTally {
-  LabelTable<double> gpus;
-  LabelTable<double> stranded;
-  // GPU-equivalents held by claims (in_use while a reserving pod runs, else
-  // allocated_not_running).
-  LabelTable<double> held;
 };
 
 }  // namespace dralens::exporter::cluster

@@ -22,6 +22,43 @@ bool ByGpuThenKey(const Device* a, const Device* b) {
   return a->gpu != b->gpu ? a->gpu < b->gpu : a->key < b->key;
 }
 
+// Numbers the GPUs of a node's devices (sorted by ByGpuThenKey) in order. `same[i]`: device i
+// is of the GPU of device i - 1.
+void NumberGpus(const std::vector<Device*>& on_node, const std::vector<char>& same) {
+  uint32_t ordinal = 0;
+  uint32_t first = 0;
+  for (size_t i = 0; i < on_node.size(); ++i) {
+    if (i > 0 && !same[i]) {
+      ++ordinal;
+      first = static_cast<uint32_t>(i);
+    }
+    on_node[i]->gpu_ordinal = ordinal;
+    on_node[i]->gpu_first = first;
+  }
+  // Devices from each one to the end of its GPU, then the GPU's count for all of them.
+  for (size_t i = on_node.size(); i-- > 0;) {
+    const bool last = i + 1 == on_node.size() || !same[i + 1];
+    on_node[i]->gpu_devices = last ? 1 : on_node[i + 1]->gpu_devices + 1;
+  }
+  for (Device* d : on_node) {
+    d->gpu_devices = on_node[d->gpu_first]->gpu_devices;
+  }
+}
+
+// Whether each device is of the previous one's GPU. Two devices that were there before are
+// when they were numbered into one GPU (a GPU's devices are adjacent, so whatever came or went
+// between them was of that GPU too); only `added` (null: none) is compared by its GPU's name,
+// with its neighbours: reading that name is a cache miss of its own at fleet scale.
+std::vector<char> SameGpu(const std::vector<Device*>& on_node, const Device* added) {
+  std::vector<char> same(on_node.size(), 0);
+  for (size_t i = 1; i < on_node.size(); ++i) {
+    const Device* a = on_node[i - 1];
+    const Device* b = on_node[i];
+    same[i] = a == added || b == added ? a->gpu == b->gpu : a->gpu_first == b->gpu_first;
+  }
+  return same;
+}
+
 }  // namespace
 
 Device* ClusterState::FindDevice(absl::string_view key) const {
@@ -33,6 +70,7 @@ Device& ClusterState::AddDevice(std::unique_ptr<Device> device) {
   Device& d = *device;
   std::vector<Device*>& on_node = node_devices_[d.node];
   on_node.insert(std::upper_bound(on_node.begin(), on_node.end(), &d, ByGpuThenKey), &d);
+  NumberGpus(on_node, SameGpu(on_node, &d));
   for (const auto& [set_key, counters] : d.consumes) {
     consumers_[set_key].insert(d.key);
     // Its counter set may come from another slice of the pool.
@@ -57,6 +95,8 @@ void ClusterState::RemoveDevice(absl::string_view key) {
     std::erase(devs->second, &d);
     if (devs->second.empty()) {
       node_devices_.erase(devs);
+    } else {
+      NumberGpus(devs->second, SameGpu(devs->second, nullptr));
     }
   }
   for (const auto& [set_key, counters] : d.consumes) {
@@ -77,6 +117,10 @@ const std::vector<Device*>& ClusterState::DevicesOn(const std::string& node) con
   static const std::vector<Device*> kNone;
   auto it = node_devices_.find(node);
   return it == node_devices_.end() ? kNone : it->second;
+}
+
+absl::Span<Device* const> ClusterState::GpuOf(const Device& device) const {
+  return absl::MakeConstSpan(DevicesOn(device.node)).subspan(device.gpu_first, device.gpu_devices);
 }
 
 // --- counter sets ------------------------------------------------------------------------------

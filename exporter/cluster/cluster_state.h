@@ -35,6 +35,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "exporter/cluster/compact_spec.h"
 #include "exporter/cluster/findings.h"
 #include "prometheus/gauge.h"
@@ -108,13 +109,18 @@ struct Device {
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
   // else the device itself. Devices with the same key are one GPU.
   std::string gpu;
+  // Its GPU among the node's (DevicesOn order: its ordinal, the index of the GPU's first device
+  // and how many devices the GPU has there), kept by the store as the node's devices change: a
+  // node's recompute finds the devices of one GPU without comparing `gpu` strings.
+  uint32_t gpu_ordinal = 0, gpu_first = 0, gpu_devices = 1;
   // Without counters: its weight among the devices of its GPU (memory slices, else memory).
   double weight = 1;
   std::map<std::string, double> capacity;
   std::vector<fit::CounterConsumption> consumes;  // by counter set key
   // Derived by the analyzer.
-  bool counted = false;                      // its part is in the leaves' counts
-  bool counted_free = false;                 // counted as free (not held, not blocked, node up)
+  bool counted = false;       // its part is in the leaves' counts
+  bool counted_free = false;  // counted as free (not held, not blocked, node up)
+  int8_t pool_state = -1;     // the PoolState it adds to its node's pool counts; -1 before that
   std::vector<uint32_t> class_ids;           // classes it surely matches (LabelIds)
   std::vector<std::string> unknown_classes;  // classes whose selectors it cannot judge
   // Cached selector verdicts by selector id, sorted: a handful per device, so a flat vector
@@ -198,6 +204,8 @@ class ClusterState {
   // The devices on `node` (owned by the store), by physical GPU and then key: a GPU's devices
   // are adjacent, and the order does not depend on hashing.
   const std::vector<Device*>& DevicesOn(const std::string& node) const;
+  // The devices of the physical GPU `device` is (part of), in DevicesOn order.
+  absl::Span<Device* const> GpuOf(const Device& device) const;
   // Every node with devices, and its devices.
   const absl::node_hash_map<std::string, std::vector<Device*>>& devices_by_node() const {
     return node_devices_;

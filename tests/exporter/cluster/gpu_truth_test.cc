@@ -534,8 +534,8 @@ std::map<std::string, double> NonZeroSeries(const prometheus::Collectable& regis
 }
 
 // Incremental upkeep equals a derivation from scratch: an analyzer that saw the cluster change
-// (claims released, nodes going NotReady and back, slices withdrawn and republished, a class
-// deleted and recreated) exports what a fresh analyzer fed only the final objects exports.
+// (claims released or deleted, nodes going NotReady and back, slices withdrawn and republished, a
+// class deleted and recreated) exports what a fresh analyzer fed only the final objects exports.
 class GpuTruthChangeTest : public ::testing::TestWithParam<uint32_t> {};
 
 TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
@@ -615,6 +615,16 @@ TEST_P(GpuTruthChangeTest, IncrementalEqualsFromScratch) {
         classes.on_add(cls);
         break;
       }
+      case 4:  // a claim's allocation is released in place (the claim stays, pending again)
+        if (!cluster.claims.empty()) {
+          json& claim = cluster.claims[pick(cluster.claims.size())];
+          if (claim.contains("status")) {
+            const json old = claim;
+            claim.erase("status");
+            claims.on_update(old, claim);
+          }
+        }
+        break;
       case 5: {  // one device of a slice gains or loses a NoSchedule taint, republished in place
         json& slice = cluster.slices[pick(cluster.slices.size())];
         json& devices = slice["spec"]["devices"];
