@@ -310,12 +310,11 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools, bool tallies,
   NodeAggregate& agg = *slot;
   const std::vector<Device*>& on_node = state_.DevicesOn(node);
   const uint32_t no_class = no_class_;
-  // The marked GPUs, each once (an index that no longer starts a GPU cannot occur: a device
-  // that comes or goes marks its whole node).
+  // The marked GPUs (MarkGpuDirty names each once; an index that no longer starts a GPU cannot
+  // occur: a device that comes or goes marks its whole node).
   absl::InlinedVector<uint32_t, 4> marked;
   for (uint32_t first : gpus) {
-    if (first < on_node.size() && on_node[first]->gpu_first == first &&
-        std::find(marked.begin(), marked.end(), first) == marked.end()) {
+    if (first < on_node.size() && on_node[first]->gpu_first == first) {
       marked.push_back(first);
     }
   }
@@ -377,14 +376,14 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools, bool tallies,
   part.reserve(tallies ? 2 * on_node.size() + 2 : 8);
   if (tallies) {
     for (size_t first = 0; first < on_node.size(); first += on_node[first]->gpu_devices) {
-      TallyGpu(devices_of(static_cast<uint32_t>(first)), down, on_node[first]->gpu_ordinal, part);
+      TallyGpu(devices_of(static_cast<uint32_t>(first)), down, static_cast<uint32_t>(first), part);
     }
     agg.parts = part;  // a copy allocates what it needs, where appending would double
   } else {
     for (uint32_t first : marked) {
       part.clear();
-      TallyGpu(devices_of(first), down, on_node[first]->gpu_ordinal, part);
-      ReplaceGpu(agg.parts, on_node[first]->gpu_ordinal, part);
+      TallyGpu(devices_of(first), down, first, part);
+      ReplaceGpu(agg.parts, first, part);
     }
   }
   GpuTally tally;

@@ -78,7 +78,7 @@ struct Analyzer::GpuTally {
 // One addition a GPU makes to its node's tally (GpuTally): `table` 0 is gpus, 1 stranded,
 // 2 held.
 struct Analyzer::GpuPartEntry {
-  uint32_t gpu = 0;
+  uint32_t gpu = 0;  // Device::gpu_first of the GPU's devices
   uint8_t table = 0;
   LabelKey labels;
   double gpus = 0;
@@ -92,7 +92,7 @@ struct Analyzer::NodeAggregate {
   // while the node strands nothing of that kind.
   LabelTable<std::unique_ptr<Series>> stranded;
   LabelTable<double> held;
-  // What each of its GPUs adds to its tally, by Device::gpu_ordinal and in the order TallyGpu
+  // What each of its GPUs adds to its tally, by Device::gpu_first and in the order TallyGpu
   // found it: the node's tally is their sum in that order, the same sum whichever GPUs were
   // tallied again, and a change tallies again only the GPUs it touched.
   std::vector<GpuPartEntry> parts;

@@ -22,17 +22,14 @@ bool ByGpuThenKey(const Device* a, const Device* b) {
   return a->gpu != b->gpu ? a->gpu < b->gpu : a->key < b->key;
 }
 
-// Numbers the GPUs of a node's devices (sorted by ByGpuThenKey) in order. `same[i]`: device i
-// is of the GPU of device i - 1.
+// Records for each of a node's devices (sorted by ByGpuThenKey) where its GPU's devices start
+// and how many they are. `same[i]`: device i is of the GPU of device i - 1.
 void NumberGpus(const std::vector<Device*>& on_node, const std::vector<char>& same) {
-  uint32_t ordinal = 0;
   uint32_t first = 0;
   for (size_t i = 0; i < on_node.size(); ++i) {
     if (i > 0 && !same[i]) {
-      ++ordinal;
       first = static_cast<uint32_t>(i);
     }
-    on_node[i]->gpu_ordinal = ordinal;
     on_node[i]->gpu_first = first;
   }
   // Devices from each one to the end of its GPU, then the GPU's count for all of them.

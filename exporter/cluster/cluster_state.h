@@ -109,10 +109,11 @@ struct Device {
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
   // else the device itself. Devices with the same key are one GPU.
   std::string gpu;
-  // Its GPU among the node's (DevicesOn order: its ordinal, the index of the GPU's first device
-  // and how many devices the GPU has there), kept by the store as the node's devices change: a
-  // node's recompute finds the devices of one GPU without comparing `gpu` strings.
-  uint32_t gpu_ordinal = 0, gpu_first = 0, gpu_devices = 1;
+  // Its GPU among the node's (in DevicesOn order: the index of the GPU's first device, which
+  // also names the GPU on its node, and how many devices the GPU has there), kept by the store
+  // as the node's devices change: a node's recompute finds the devices of one GPU without
+  // comparing `gpu` strings.
+  uint32_t gpu_first = 0, gpu_devices = 1;
   // Without counters: its weight among the devices of its GPU (memory slices, else memory).
   double weight = 1;
   std::map<std::string, double> capacity;
