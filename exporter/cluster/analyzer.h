@@ -199,6 +199,23 @@ class Analyzer {
   // that digest, else to be decoded.
   void MatchHeld(const std::string& name, absl::Span<const uint64_t> digests,
                  std::vector<PublishedDevice>& devices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A device that a republish replaced under the same key, as it was before.
+  struct Replaced {
+    std::string node;
+    std::string gpu;
+    uint32_t driver_id = 0;
+    uint32_t product_id = 0;
+    std::vector<uint32_t> class_ids;
+    int8_t pool_state = -1;
+    bool consumed = false;  // it consumed shared counters
+    bool node_was_dirty = false;
+  };
+  // After a republish: when every device in `changed` replaced one in `replaced` on the same
+  // node and GPU, with the same labels and no counters, leaves only their GPUs to be redone
+  // (not their nodes) and returns true.
+  bool RepublishedInPlace(const std::vector<Device*>& changed,
+                          const std::unordered_map<Key, Replaced>& replaced)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpsertSliceLocked(const model::ResourceSlice& slice,
                          const std::vector<PublishedDevice>& devices)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

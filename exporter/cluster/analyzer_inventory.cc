@@ -62,13 +62,13 @@ void Analyzer::UpsertSlice(const model::ResourceSlice& slice) {
 
 void Analyzer::MatchHeld(const std::string& name, absl::Span<const uint64_t> digests,
                          std::vector<PublishedDevice>& devices) {
-  // The devices this slice published last time, by digest.
+  // The devices this slice published last time, by digest (no device lookups: a republish of
+  // eight devices cost eight cache misses here at 100k).
   absl::flat_hash_map<uint64_t, const Key*> held;
   if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
-    for (const Key& key : old->devices) {
-      const Device* device = state_.FindDevice(key);
-      if (device != nullptr && device->slice == name && device->digest != 0) {
-        held.emplace(device->digest, &device->key);
+    for (size_t i = 0; i < old->devices.size() && i < old->digests.size(); ++i) {
+      if (old->digests[i] != 0) {
+        held.emplace(old->digests[i], &old->devices[i]);
       }
     }
   }
@@ -128,7 +128,13 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
     }
   }
   std::unordered_map<Key, std::vector<std::pair<int, cel::Verdict>>> kept;
+  // The devices published again under the same key with other content, as they were.
+  std::unordered_map<Key, Replaced> replaced;
+  size_t published_before = 0;
+  bool had_counter_sets = false;
   if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
+    published_before = old->devices.size();
+    had_counter_sets = !old->counter_sets.empty();
     for (const Key& key : old->devices) {
       auto now = incoming.find(key);
       if (now == incoming.end()) {
@@ -141,16 +147,27 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
       const model::SliceDevice& sd = *now->second;
       if (device->spec.Same(sd) && device->node == sd.node_name.value_or(slice_node)) {
         unchanged.insert(key);
-      } else if (device->spec.SameSelectorInput(sd)) {
+        continue;
+      }
+      if (device->spec.SameSelectorInput(sd)) {
         // A copy: the old device still leaves the leaf counts by these verdicts below, and
         // without them would evaluate every selector again on its way out.
         kept[key] = device->verdicts;
       }
+      replaced[key] = {.node = device->node,
+                       .gpu = device->gpu,
+                       .driver_id = device->driver_id,
+                       .product_id = device->product_id,
+                       .class_ids = device->class_ids,
+                       .pool_state = device->pool_state,
+                       .consumed = !device->consumes.empty(),
+                       .node_was_dirty = dirty_nodes_.contains(device->node)};
     }
   }
   std::set<std::string> touched;
   RemoveSliceLocked(name, touched, unchanged);
-  std::vector<Key> keys;         // every device of the slice, in its order
+  std::vector<Key> keys;  // every device of the slice, in its order
+  std::vector<uint64_t> digests;
   std::vector<Device*> changed;  // the ones that (re)entered the indexes now
   std::vector<std::string> set_keys;
   for (const model::CounterSet& cs : spec.shared_counters) {
@@ -166,6 +183,7 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
     state_.AddCounterSet(std::move(set));
   }
   for (const PublishedDevice& p : devices) {
+    digests.push_back(p.digest);
     if (!p.held.empty()) {
       keys.push_back(p.held);
       continue;
@@ -173,16 +191,12 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
     const model::SliceDevice& sd = *p.decoded;
     Key key = DeviceKey(spec.driver, spec.pool.name, sd.name);
     if (unchanged.contains(key)) {
-      if (Device* same = state_.FindDevice(key); same != nullptr) {
-        same->digest = p.digest;  // the same device, sent as other text (or without it)
-      }
-      keys.push_back(std::move(key));
+      keys.push_back(std::move(key));  // the same device, sent as other text (or without it)
       continue;
     }
     auto d = std::make_unique<Device>();
     d->key = std::move(key);
     d->order = OrderOf(d->key);
-    d->digest = p.digest;
     d->slice = name;
     d->pool = spec.pool.name;
     d->node = sd.node_name.value_or(slice_node);
@@ -225,7 +239,9 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
     }
     if (Device* existing = state_.FindDevice(d->key); existing != nullptr) {
       // The device moved here from another slice of the pool (or another publisher took its
-      // name): the old one leaves every index it was in, as RemoveSliceLocked would take it out.
+      // name): the old one leaves every index it was in, as RemoveSliceLocked would take it out,
+      // and its slice no longer holds it by its digest.
+      state_.ForgetDigest(existing->slice, existing->key);
       RemoveDevice(*existing, touched);
     }
     const cel::DeviceView published{d->driver(), &sd.attributes, &sd.capacity};
@@ -263,12 +279,48 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
         !state_.DeviceAllocated(d) && !state_.DeviceBlocked(d) && !state_.NodeDown(d.node);
     CountDevice(d, +1);
   }
-  // Devices of other slices whose counters this one publishes or frees.
-  for (const std::string& node : touched) {
-    RefreshNodeDevices(node);
+  const bool in_place = keys.size() == published_before && !had_counter_sets && set_keys.empty() &&
+                        RepublishedInPlace(changed, replaced);
+  if (!in_place) {
+    // Devices of other slices whose counters this one publishes or frees.
+    for (const std::string& node : touched) {
+      RefreshNodeDevices(node);
+    }
   }
-  state_.SetSlice(name, {std::move(keys), std::move(set_keys)});
+  state_.SetSlice(name, {std::move(keys), std::move(digests), std::move(set_keys)});
   Flush();
+}
+
+bool Analyzer::RepublishedInPlace(const std::vector<Device*>& changed,
+                                  const std::unordered_map<Key, Replaced>& replaced) {
+  // Every device that came back must have left from the same place, and no other device came or
+  // went (the caller compares the slice's size). A device on counters sends its node to a full
+  // recompute: what its siblings can place, and whether they are blocked, moves with it.
+  if (!deriving_ || changed.size() != replaced.size()) {
+    return false;
+  }
+  for (const Device* d : changed) {
+    auto r = replaced.find(d->key);
+    if (r == replaced.end() || r->second.consumed || !d->consumes.empty() ||
+        r->second.node != d->node || r->second.gpu != d->gpu ||
+        r->second.driver_id != d->driver_id || r->second.product_id != d->product_id ||
+        r->second.class_ids != d->class_ids) {
+      return false;
+    }
+  }
+  // Each device is in the same GPU, under the same labels, as before: its node's pool counts
+  // take it back in the state it was counted in, and only its GPU is tallied again.
+  for (Device* d : changed) {
+    const Replaced& r = replaced.at(d->key);
+    d->pool_state = r.pool_state;
+    if (!r.node_was_dirty) {
+      dirty_nodes_.erase(d->node);
+    }
+  }
+  for (const Device* d : changed) {
+    MarkGpuDirty(*d);
+  }
+  return true;
 }
 
 void Analyzer::DeleteSlice(const std::string& name) {

@@ -189,6 +189,19 @@ void ClusterState::SetSlice(const std::string& name, Slice slice) {
 
 void ClusterState::EraseSlice(const std::string& name) { slices_.erase(name); }
 
+void ClusterState::ForgetDigest(const std::string& name, absl::string_view key) {
+  auto it = slices_.find(name);
+  if (it == slices_.end()) {
+    return;
+  }
+  Slice& slice = it->second;
+  for (size_t i = 0; i < slice.devices.size() && i < slice.digests.size(); ++i) {
+    if (slice.devices[i] == key) {
+      slice.digests[i] = 0;
+    }
+  }
+}
+
 // --- nodes -------------------------------------------------------------------------------------
 
 bool ClusterState::SetNode(const NodeInfo& node) {

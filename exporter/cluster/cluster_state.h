@@ -102,9 +102,6 @@ struct Device {
   // recompute asks whether each of its devices is held several times, and a lookup by key
   // costs a hash of the key and a cache miss or two at fleet scale.
   const Holders* holders = nullptr;
-  // A hash of its published text and of what of its slice it depends on (Analyzer::UpsertSlice);
-  // 0 when it came decoded, without its text.
-  uint64_t digest = 0;
   bool tainted = false;  // a NoSchedule/NoExecute taint (fit::Blocking)
   // The physical GPU it is (part of): its counter set, else its parent's or its own UUID,
   // else the device itself. Devices with the same key are one GPU.
@@ -185,6 +182,11 @@ class ClusterState {
   // What one ResourceSlice published.
   struct Slice {
     std::vector<Key> devices;
+    // Per device, in the same order: a hash of its published text and of what of its slice it
+    // depends on (Analyzer::UpsertSlice); 0 when it came decoded, without its text, or when
+    // another slice of the pool took it over since. Kept here, not with the device, so that a
+    // republish finds what it already holds without looking up each of its devices.
+    std::vector<uint64_t> digests;
     std::vector<Key> counter_sets;
   };
   using ClaimList = absl::InlinedVector<Claim*, 2>;
@@ -229,6 +231,8 @@ class ClusterState {
   const Slice* FindSlice(const std::string& name) const;
   void SetSlice(const std::string& name, Slice slice);
   void EraseSlice(const std::string& name);
+  // Slice `name` no longer holds device `key` under its digest (another slice took it over).
+  void ForgetDigest(const std::string& name, absl::string_view key);
 
   // --- nodes ---
   // Records a node; true when its readiness changed (or it is new).

@@ -157,6 +157,41 @@ TEST_F(FeedTest, ARepublishedSliceDecodesOnlyTheDevicesWhoseDigestChanged) {
   EXPECT_EQ(decoded, (std::vector<size_t>{0, 1, 2}));
 }
 
+// A device that another slice of its pool took over is no longer held by its first slice's
+// digest: when that slice publishes it again, unchanged, it is decoded and counts as published
+// there again (the last publisher wins, as for any device).
+TEST_F(FeedTest, ADeviceTakenOverByAnotherSliceIsDecodedWhenItsFirstSliceRepublishes) {
+  const json whole = testing::Slice("node-a", testing::WholeGpus("node-a", 2));
+  absl::StatusOr<model::ResourceSlice> full = model::Decode<model::ResourceSlice>(whole);
+  ASSERT_TRUE(full.ok()) << full.status();
+  model::ResourceSlice first = *full;
+  first.spec.devices.clear();
+  model::ResourceSlice second = first;
+  second.metadata.name += "-second";
+  std::vector<size_t> decoded;
+  auto decode = [&](size_t i) -> absl::StatusOr<model::SliceDevice> {
+    decoded.push_back(i);
+    return full->spec.devices.at(i);
+  };
+  ASSERT_TRUE(analyzer_.UpsertSlice(first, {11, 12}, decode).ok());
+  EXPECT_EQ(Gpus(registry_, analyzer_, "free"), 2);
+
+  // The second slice publishes gpu-0 under its name, tainted.
+  model::SliceDevice tainted = full->spec.devices[0];
+  tainted.taints.push_back(
+      {.key = "dralens.dev/xid", .value = "", .effect = "NoSchedule", .time_added = {}});
+  ASSERT_TRUE(analyzer_.UpsertSlice(second, {51}, [&](size_t) { return tainted; }).ok());
+  EXPECT_EQ(Gpus(registry_, analyzer_, "unavailable"), 1);
+  EXPECT_EQ(Gpus(registry_, analyzer_, "free"), 1);
+
+  // The first slice again, the same text: gpu-0 is decoded, and is its untainted one again.
+  decoded.clear();
+  ASSERT_TRUE(analyzer_.UpsertSlice(first, {11, 12}, decode).ok());
+  EXPECT_EQ(decoded, (std::vector<size_t>{0}));
+  EXPECT_EQ(Gpus(registry_, analyzer_, "unavailable"), 0);
+  EXPECT_EQ(Gpus(registry_, analyzer_, "free"), 2);
+}
+
 TEST_F(FeedTest, AProjectedSliceFeedsWhatTheWholeOneFeeds) {
   k8s::InformerHandlers h = HandlersFor(k8s::kResourceSlices, analyzer_);
   json slice = testing::Slice("node-a", testing::WholeGpus("node-a", 4));
