@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "src/common/log.h"
 #include "src/common/status.h"
+#include "src/k8s/http_stream.h"
 
 namespace dralens::k8s {
 namespace {
@@ -152,6 +153,54 @@ int VerifyAgainstConfiguredCa(X509_STORE_CTX* ctx, void* arg) {
   return ok == 1 ? 1 : 0;
 }
 
+// One line of a watch stream: parsed (through `projection` when set) and handed to
+// `callback`. Returns false when the watch must end: the callback said so
+// (`ended_by_callback`), or the line is no event or an ERROR event (`status`).
+bool DeliverWatchLine(const ResourceType& type, absl::string_view line,
+                      const std::optional<Projection>& projection, const std::string& context,
+                      const WatchEventCallback& callback, absl::Status& status,
+                      bool& ended_by_callback) {
+  const Projection* p = projection.has_value() ? &*projection : nullptr;
+  nlohmann::json event = ParseBody(line, p);
+  // An ERROR event carries a Status, which the projection of the watched type would cut.
+  if (p != nullptr && event.is_object() && event.value("type", nlohmann::json()) == "ERROR") {
+    event = ParseBody(line, nullptr);
+  }
+  if (event.is_discarded() || !event.is_object() || !event.contains("type") ||
+      !event["type"].is_string() || !event.contains("object") || !event["object"].is_object()) {
+    status = absl::DataLossError(
+        absl::StrCat(context, ": malformed watch event (", line.size(), " bytes)"));
+    return false;
+  }
+  const std::string& event_type = event["type"].get_ref<const std::string&>();
+  WatchEvent out;
+  if (event_type == "ADDED") {
+    out.type = WatchEventType::kAdded;
+  } else if (event_type == "MODIFIED") {
+    out.type = WatchEventType::kModified;
+  } else if (event_type == "DELETED") {
+    out.type = WatchEventType::kDeleted;
+  } else if (event_type == "BOOKMARK") {
+    out.type = WatchEventType::kBookmark;
+  } else if (event_type == "ERROR") {
+    status = StatusFromApiStatus(event["object"], context);
+    return false;
+  } else {
+    status =
+        absl::DataLossError(absl::StrCat(context, ": unknown watch event type '", event_type, "'"));
+    return false;
+  }
+  out.object = std::move(event["object"]);
+  if (out.type != WatchEventType::kBookmark) {
+    Normalize(type, out.object);
+  }
+  if (!callback(out)) {
+    ended_by_callback = true;
+    return false;
+  }
+  return true;
+}
+
 absl::StatusOr<X509_STORE*> StoreFromPem(const std::string& pem, absl::string_view origin) {
   BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
   if (bio == nullptr) {
@@ -182,13 +231,51 @@ struct RestClient::Tls {
   X509_STORE* verify_store = nullptr;  // the configured CA only
   X509* client_cert = nullptr;
   EVP_PKEY* client_key = nullptr;
+  // Watches' TLS context (HttpStream): the same trust, verification and client certificate as
+  // the connections above.
+  SSL_CTX* watch_ctx = nullptr;
 
   ~Tls() {
+    SSL_CTX_free(watch_ctx);
     X509_STORE_free(verify_store);
     X509_free(client_cert);
     EVP_PKEY_free(client_key);
   }
 };
+
+namespace {
+
+// A TLS context that trusts the configured CA only (`verify_store`, through the same
+// verification callback), or else the system store; nothing is checked when `insecure`.
+absl::StatusOr<SSL_CTX*> WatchTlsContext(X509* client_cert, EVP_PKEY* client_key,
+                                         X509_STORE* verify_store, bool insecure) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (ctx == nullptr) {
+    return absl::InternalError(absl::StrCat("TLS client setup failed: ", OpenSslError()));
+  }
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  if (client_cert != nullptr && (SSL_CTX_use_certificate(ctx, client_cert) != 1 ||
+                                 SSL_CTX_use_PrivateKey(ctx, client_key) != 1)) {
+    const std::string error = OpenSslError();
+    SSL_CTX_free(ctx);
+    return absl::InvalidArgumentError(absl::StrCat("client certificate: ", error));
+  }
+  if (insecure) {
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+    return ctx;
+  }
+  if (verify_store != nullptr) {
+    SSL_CTX_set_cert_verify_callback(ctx, &VerifyAgainstConfiguredCa, verify_store);
+  } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+    const std::string error = OpenSslError();
+    SSL_CTX_free(ctx);
+    return absl::InternalError(absl::StrCat("system certificate store: ", error));
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  return ctx;
+}
+
+}  // namespace
 
 struct RestClient::Request {
   std::string method;
@@ -319,6 +406,9 @@ absl::Status RestClient::Init() {
       return absl::InvalidArgumentError("client key does not match the client certificate");
     }
   }
+  ASSIGN_OR_RETURN(tls_->watch_ctx,
+                   WatchTlsContext(tls_->client_cert, tls_->client_key, tls_->verify_store,
+                                   config_.insecure_skip_tls_verify));
   // Build one connection now so that TLS setup problems surface at startup.
   ASSIGN_OR_RETURN(auto probe, NewConnection(config_.request_timeout));
   Release(std::move(probe));
@@ -633,44 +723,24 @@ absl::Status RestClient::Watch(const ResourceType& type, absl::string_view ns,
                        : absl::Minutes(10);
   }
   ASSIGN_OR_RETURN(auto headers, Headers());
-  ASSIGN_OR_RETURN(std::unique_ptr<httplib::ClientImpl> connection, NewConnection(read_timeout));
-  connection->set_keep_alive(false);
-
-  int http_status = 0;
-  std::string retry_after;
-  std::string error_body;
-  std::string buffer;
-  absl::Status stream_status;
-  bool ended_by_callback = false;
-
-  httplib::Request req;
-  req.method = "GET";
-  req.path = base_path_ + path + query.text();
-  for (auto& [key, value] : headers) {
-    req.headers.emplace(key, value);
+  HttpStream stream({.host = host_,
+                     .port = port_,
+                     .tls = https_ ? tls_->watch_ctx : nullptr,
+                     .verify_host = https_ && !config_.insecure_skip_tls_verify,
+                     .connect_timeout = config_.connect_timeout,
+                     .read_timeout = read_timeout,
+                     .write_timeout = config_.request_timeout});
+  if (cancel != nullptr) {
+    cancel->SetAbort([&stream] { stream.Abort(); });
   }
-  req.response_handler = [&](const httplib::Response& response) {
-    http_status = response.status;
-    retry_after = response.get_header_value("Retry-After");
-    if (http_status == 200 && options.on_established) {
-      options.on_established();
-    }
-    return cancel == nullptr || !cancel->cancelled();
-  };
-  req.content_receiver = [&](const char* data, size_t size, uint64_t /*offset*/,
-                             uint64_t /*total*/) -> bool {
-    if (cancel != nullptr && cancel->cancelled()) {
-      return false;
-    }
-    if (http_status != 200) {
-      if (error_body.size() < kMaxErrorBody) {
-        error_body.append(data, std::min(size, kMaxErrorBody - error_body.size()));
-      }
-      return true;
-    }
-    buffer.append(data, size);
+  absl::Status stream_status;  // what ended the stream, when not its end
+  bool ended_by_callback = false;
+  std::string buffer;  // received, not yet a whole line
+  // Hands every whole line in `buffer` to the callback; false when the watch must end.
+  auto deliver = [&]() -> bool {
     size_t start = 0;
-    while (true) {
+    bool go_on = true;
+    while (go_on) {
       const size_t newline = buffer.find('\n', start);
       if (newline == std::string::npos) {
         break;
@@ -678,66 +748,44 @@ absl::Status RestClient::Watch(const ResourceType& type, absl::string_view ns,
       absl::string_view line =
           absl::StripAsciiWhitespace(absl::string_view(buffer).substr(start, newline - start));
       start = newline + 1;
-      if (line.empty()) {
-        continue;
-      }
-      const Projection* projection = event_projection.has_value() ? &*event_projection : nullptr;
-      nlohmann::json event = ParseBody(line, projection);
-      // An ERROR event carries a Status, which the projection of the watched type would cut.
-      if (projection != nullptr && event.is_object() &&
-          event.value("type", nlohmann::json()) == "ERROR") {
-        event = ParseBody(line, nullptr);
-      }
-      if (event.is_discarded() || !event.is_object() || !event.contains("type") ||
-          !event["type"].is_string() || !event.contains("object") || !event["object"].is_object()) {
-        stream_status = absl::DataLossError(
-            absl::StrCat(context, ": malformed watch event (", line.size(), " bytes)"));
-        return false;
-      }
-      const std::string event_type = event["type"].get<std::string>();
-      WatchEvent out;
-      if (event_type == "ADDED") {
-        out.type = WatchEventType::kAdded;
-      } else if (event_type == "MODIFIED") {
-        out.type = WatchEventType::kModified;
-      } else if (event_type == "DELETED") {
-        out.type = WatchEventType::kDeleted;
-      } else if (event_type == "BOOKMARK") {
-        out.type = WatchEventType::kBookmark;
-      } else if (event_type == "ERROR") {
-        stream_status = StatusFromApiStatus(event["object"], context);
-        return false;
-      } else {
-        stream_status = absl::DataLossError(
-            absl::StrCat(context, ": unknown watch event type '", event_type, "'"));
-        return false;
-      }
-      out.object = std::move(event["object"]);
-      if (out.type != WatchEventType::kBookmark) {
-        Normalize(type, out.object);
-      }
-      if (!callback(out)) {
-        ended_by_callback = true;
-        return false;
-      }
-      if (cancel != nullptr && cancel->cancelled()) {
-        return false;
+      if (!line.empty()) {
+        go_on = DeliverWatchLine(type, line, event_projection, context, callback, stream_status,
+                                 ended_by_callback) &&
+                (cancel == nullptr || !cancel->cancelled());
       }
     }
     buffer.erase(0, start);
-    if (buffer.size() > kMaxWatchLine) {
+    if (go_on && buffer.size() > kMaxWatchLine) {
       stream_status = absl::DataLossError(
           absl::StrCat(context, ": watch event larger than ", kMaxWatchLine, " bytes"));
       return false;
     }
-    return true;
+    return go_on;
   };
 
-  if (cancel != nullptr) {
-    httplib::ClientImpl* raw = connection.get();
-    cancel->SetAbort([raw] { raw->stop(); });
+  absl::Status transport = stream.Open(base_path_ + path + query.text(), headers);
+  const int http_status = transport.ok() ? stream.status() : 0;
+  std::string error_body;
+  bool ended = false;
+  if (transport.ok() && http_status == 200 && options.on_established) {
+    options.on_established();
   }
-  httplib::Result result = connection->send(req);
+  while (transport.ok() && !ended && (cancel == nullptr || !cancel->cancelled())) {
+    std::string& sink = http_status == 200 ? buffer : error_body;
+    absl::StatusOr<bool> more = stream.Read(sink);
+    if (!more.ok()) {
+      transport = more.status();
+    } else if (!*more) {
+      ended = true;
+    } else if (http_status != 200) {
+      if (error_body.size() >= kMaxErrorBody) {
+        error_body.resize(kMaxErrorBody);
+        ended = true;
+      }
+    } else if (!deliver()) {
+      break;
+    }
+  }
   if (cancel != nullptr) {
     cancel->SetAbort(nullptr);
   }
@@ -750,12 +798,14 @@ absl::Status RestClient::Watch(const ResourceType& type, absl::string_view ns,
   if (ended_by_callback || (cancel != nullptr && cancel->cancelled())) {
     return absl::OkStatus();
   }
-  if (http_status != 0 && http_status != 200) {
-    return StatusFromHttp(http_status, error_body, retry_after, context);
+  if (http_status != 0 && http_status != 200 && (ended || transport.ok())) {
+    return StatusFromHttp(http_status, error_body, stream.Header("Retry-After"), context);
   }
-  if (!result) {
-    return absl::UnavailableError(
-        absl::StrCat(context, ": stream broken: ", DescribeHttplibError(result.error())));
+  if (!transport.ok()) {
+    if (transport.code() == absl::StatusCode::kDeadlineExceeded) {
+      return absl::DeadlineExceededError(absl::StrCat(context, ": ", transport.message()));
+    }
+    return absl::UnavailableError(absl::StrCat(context, ": stream broken: ", transport.message()));
   }
   if (!absl::StripAsciiWhitespace(buffer).empty()) {
     return absl::DataLossError(

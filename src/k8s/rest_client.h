@@ -1,4 +1,4 @@
-// RestClient: KubeClient over HTTP(S) with cpp-httplib.
+// RestClient: KubeClient over HTTP(S): cpp-httplib for requests, HttpStream for watches.
 //
 // - TLS: verification is on unless the config says insecure_skip_tls_verify. A configured CA
 //   (file or inline data) is the only trust anchor; otherwise the system store is used. Client
@@ -10,7 +10,8 @@
 //   timeouts and truncated bodies are retried with jittered exponential backoff only for GET and
 //   LIST. POST/PUT/PATCH/DELETE are never retried blindly.
 // - Connections: a small pool of keep-alive connections for ordinary calls; every watch has its
-//   own connection.
+//   own connection, read by HttpStream (http_stream.h) with the same TLS trust and client
+//   certificate.
 //
 // Thread-safe: any number of threads may call any verb concurrently.
 #pragma once

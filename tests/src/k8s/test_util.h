@@ -59,10 +59,11 @@ inline int Run(const std::string& command) {
   return std::system((command + " >/dev/null 2>&1").c_str());
 }
 
-// A CA, a server certificate for 127.0.0.1/localhost, a client certificate and an unrelated CA,
-// made with the openssl CLI.
+// A CA, a server certificate for 127.0.0.1/localhost, a client certificate, an unrelated CA, and
+// a server certificate of the same CA for another host only, made with the openssl CLI.
 struct TestPki {
   std::string ca_crt, ca_key, server_crt, server_key, client_crt, client_key, other_ca_crt;
+  std::string other_host_crt, other_host_key;
 
   static TestPki Make(const TempDir& dir) {
     TestPki pki;
@@ -74,6 +75,10 @@ struct TestPki {
     pki.client_crt = d + "/client.crt";
     pki.client_key = d + "/client.key";
     pki.other_ca_crt = d + "/other-ca.crt";
+    pki.other_host_crt = d + "/other-host.crt";
+    pki.other_host_key = d + "/other-host.key";
+    WriteFile(d + "/other-host.ext",
+              "subjectAltName=DNS:api.elsewhere.example\nextendedKeyUsage=serverAuth\n");
     WriteFile(d + "/san.ext",
               "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
     WriteFile(d + "/client.ext", "extendedKeyUsage=clientAuth\n");
@@ -93,6 +98,11 @@ struct TestPki {
                      "/client.ext"),
         absl::StrCat("openssl req -x509 ", key, " -keyout ", d, "/other-ca.key -out ",
                      pki.other_ca_crt, " -days 2 -subj /CN=unrelated-ca"),
+        absl::StrCat("openssl req ", key, " -keyout ", pki.other_host_key, " -out ", d,
+                     "/other-host.csr -subj /CN=api.elsewhere.example"),
+        absl::StrCat("openssl x509 -req -in ", d, "/other-host.csr -CA ", pki.ca_crt, " -CAkey ",
+                     pki.ca_key, " -CAcreateserial -out ", pki.other_host_crt, " -days 2 -extfile ",
+                     d, "/other-host.ext"),
     };
     for (const std::string& command : commands) {
       EXPECT_EQ(Run(command), 0) << command;
