@@ -102,6 +102,7 @@ absl::Status HttpStream::Connect() {
     return absl::UnavailableError(absl::StrCat("resolve ", options_.host, ": ", gai_strerror(rc)));
   }
   std::string last_error = "no address";
+  bool timed_out = false;
   const absl::Time deadline = absl::Now() + options_.connect_timeout;
   int fd = -1;
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
@@ -126,6 +127,7 @@ absl::Status HttpStream::Connect() {
         pollfd p{s, POLLOUT, 0};
         const absl::Duration left = deadline - absl::Now();
         if (left <= absl::ZeroDuration()) {
+          timed_out = true;
           errno = ETIMEDOUT;
           break;
         }
@@ -160,7 +162,7 @@ absl::Status HttpStream::Connect() {
   }
   freeaddrinfo(found);
   if (fd < 0) {
-    if (last_error == std::strerror(ETIMEDOUT)) {
+    if (timed_out) {
       return absl::DeadlineExceededError(absl::StrCat("connect to ", where, ": timed out"));
     }
     return absl::UnavailableError(absl::StrCat("connect to ", where, ": ", last_error));
