@@ -318,9 +318,7 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools, bool tallies,
       marked.push_back(first);
     }
   }
-  auto devices_of = [&](uint32_t first) {
-    return absl::MakeConstSpan(on_node).subspan(first, on_node[first]->gpu_devices);
-  };
+  auto devices_of = [&](uint32_t first) { return ClusterState::GpuAt(on_node, first); };
   auto count = [&](LabelTable<std::array<int, kPoolStates>>& pool, const Device& d, int state,
                    int n) {
     if (d.class_ids.empty()) {

@@ -117,7 +117,7 @@ const std::vector<Device*>& ClusterState::DevicesOn(const std::string& node) con
 }
 
 absl::Span<Device* const> ClusterState::GpuOf(const Device& device) const {
-  return absl::MakeConstSpan(DevicesOn(device.node)).subspan(device.gpu_first, device.gpu_devices);
+  return GpuAt(DevicesOn(device.node), device.gpu_first);
 }
 
 // --- counter sets ------------------------------------------------------------------------------

@@ -209,6 +209,10 @@ class ClusterState {
   const std::vector<Device*>& DevicesOn(const std::string& node) const;
   // The devices of the physical GPU `device` is (part of), in DevicesOn order.
   absl::Span<Device* const> GpuOf(const Device& device) const;
+  // The devices of the GPU whose first device is on_node[first] (on_node: a DevicesOn list).
+  static absl::Span<Device* const> GpuAt(const std::vector<Device*>& on_node, uint32_t first) {
+    return absl::MakeConstSpan(on_node).subspan(first, on_node[first]->gpu_devices);
+  }
   // Every node with devices, and its devices.
   const absl::node_hash_map<std::string, std::vector<Device*>>& devices_by_node() const {
     return node_devices_;

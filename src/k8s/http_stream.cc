@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "src/k8s/openssl_text.h"
 
 namespace dralens::k8s {
 namespace {
@@ -46,16 +47,7 @@ void SetTimeout(int fd, int option, absl::Duration d) {
   setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv));
 }
 
-std::string TlsError() {
-  const unsigned long err = ERR_get_error();  // NOLINT(runtime/int): OpenSSL's type
-  ERR_clear_error();
-  if (err == 0) {
-    return "connection closed";
-  }
-  char buf[256];
-  ERR_error_string_n(err, buf, sizeof(buf));
-  return buf;
-}
+std::string TlsError() { return OpenSslError("connection closed"); }
 
 }  // namespace
 
@@ -179,7 +171,7 @@ absl::Status HttpStream::Handshake() {
   const std::string where = absl::StrCat(options_.host, ":", options_.port);
   ssl_ = SSL_new(options_.tls);
   if (ssl_ == nullptr) {
-    return absl::InternalError(absl::StrCat("TLS setup: ", TlsError()));
+    return absl::InternalError(absl::StrCat("TLS setup: ", OpenSslError()));
   }
   int fd;
   {
@@ -202,11 +194,9 @@ absl::Status HttpStream::Handshake() {
       return absl::CancelledError("aborted");
     }
     if (verify != X509_V_OK) {
-      return absl::UnavailableError(absl::StrCat(
-          "TLS handshake with ", where,
-          ": the server certificate is not trusted by the configured CA or does not match the "
-          "host (",
-          X509_verify_cert_error_string(verify), ")"));
+      return absl::UnavailableError(absl::StrCat("TLS handshake with ", where, ": ",
+                                                 kUntrustedServer, " (",
+                                                 X509_verify_cert_error_string(verify), ")"));
     }
     if (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK) {
       return absl::DeadlineExceededError(absl::StrCat("TLS handshake with ", where, ": timed out"));
@@ -221,11 +211,9 @@ absl::Status HttpStream::Handshake() {
             : X509_check_host(cert, options_.host.data(), options_.host.size(), 0, nullptr) == 1);
     X509_free(cert);
     if (!named) {
-      return absl::UnavailableError(absl::StrCat(
-          "TLS handshake with ", where,
-          ": the server certificate is not trusted by the configured CA or does not match the "
-          "host (it does not name ",
-          options_.host, ")"));
+      return absl::UnavailableError(absl::StrCat("TLS handshake with ", where, ": ",
+                                                 kUntrustedServer, " (it does not name ",
+                                                 options_.host, ")"));
     }
   }
   return absl::OkStatus();

@@ -24,6 +24,7 @@
 #include "src/common/log.h"
 #include "src/common/status.h"
 #include "src/k8s/http_stream.h"
+#include "src/k8s/openssl_text.h"
 
 namespace dralens::k8s {
 namespace {
@@ -45,17 +46,6 @@ constexpr absl::string_view kComponent = "k8s-client";
 // A single watch event larger than this is treated as a malformed stream.
 constexpr size_t kMaxWatchLine = 64 << 20;
 constexpr size_t kMaxErrorBody = 64 << 10;
-
-std::string OpenSslError() {
-  const unsigned long err = ERR_get_error();  // NOLINT(runtime/int): OpenSSL's type
-  if (err == 0) {
-    return "unknown OpenSSL error";
-  }
-  char buf[256];
-  ERR_error_string_n(err, buf, sizeof(buf));
-  ERR_clear_error();
-  return buf;
-}
 
 // Percent-encodes everything but RFC 3986 unreserved characters.
 std::string Escape(absl::string_view text) {
@@ -410,13 +400,12 @@ absl::Status RestClient::Init() {
                    WatchTlsContext(tls_->client_cert, tls_->client_key, tls_->verify_store,
                                    config_.insecure_skip_tls_verify));
   // Build one connection now so that TLS setup problems surface at startup.
-  ASSIGN_OR_RETURN(auto probe, NewConnection(config_.request_timeout));
+  ASSIGN_OR_RETURN(auto probe, NewConnection());
   Release(std::move(probe));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> RestClient::NewConnection(
-    absl::Duration read_timeout) {
+absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> RestClient::NewConnection() {
   std::unique_ptr<httplib::ClientImpl> connection;
   if (https_) {
     auto ssl =
@@ -444,7 +433,7 @@ absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> RestClient::NewConnection(
     return std::chrono::microseconds(absl::ToInt64Microseconds(d));
   };
   connection->set_connection_timeout(to_usec(config_.connect_timeout));
-  connection->set_read_timeout(to_usec(read_timeout));
+  connection->set_read_timeout(to_usec(config_.request_timeout));
   connection->set_write_timeout(to_usec(config_.request_timeout));
   connection->set_url_encode(false);  // paths are escaped here
   connection->set_keep_alive(true);
@@ -462,7 +451,7 @@ absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> RestClient::Acquire() {
       return connection;
     }
   }
-  return NewConnection(config_.request_timeout);
+  return NewConnection();
 }
 
 void RestClient::Release(std::unique_ptr<httplib::ClientImpl> connection) {
@@ -516,10 +505,7 @@ RestClient::Attempt RestClient::RoundTrip(const Request& request) {
         (error == httplib::Error::Read && elapsed >= config_.request_timeout * 0.9)) {
       attempt.transport_error = absl::DeadlineExceededError(absl::StrCat(what, " (timed out)"));
     } else if (error == httplib::Error::SSLServerVerification) {
-      attempt.transport_error = absl::UnavailableError(
-          absl::StrCat(what,
-                       ": the server certificate is not trusted by the configured CA or "
-                       "does not match the host"));
+      attempt.transport_error = absl::UnavailableError(absl::StrCat(what, ": ", kUntrustedServer));
     } else {
       attempt.transport_error = absl::UnavailableError(what);
     }

@@ -97,8 +97,8 @@ class RestClient : public KubeClient {
   RestClient(RestConfig config, RestClientOptions options);
   absl::Status Init();
 
-  // A fresh connection object configured for this server.
-  absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> NewConnection(absl::Duration read_timeout);
+  // A fresh connection object configured for this server (watches use HttpStream).
+  absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> NewConnection();
   absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> Acquire();
   void Release(std::unique_ptr<httplib::ClientImpl> connection);
 
