@@ -36,6 +36,7 @@ Analyzer::Analyzer(prometheus::Registry& registry, telemetry::Tracer& tracer,
       lifecycle_(tracer),
       prices_(std::move(options.prices)),
       topology_sensitive_(std::move(options.topology_sensitive_classes)),
+      stranded_retention_(options.stranded_retention),
       clock_(options.clock != nullptr ? *options.clock : common::RealClock()) {
   absl::MutexLock lock(&mu_);
   deriving_ = !options.derive_after_sync;
@@ -179,9 +180,27 @@ void Analyzer::MarkAllNodesDirty(bool pools) {
 void Analyzer::Tick() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_.Now();
-  for (auto& [node, agg] : node_aggregates_) {
-    for (auto& [labels, series] : agg->stranded) {
+  for (auto it = node_aggregates_.begin(); it != node_aggregates_.end();) {
+    NodeAggregate& agg = *it->second;
+    agg.stranded.EraseIf([&](const LabelKey&, std::unique_ptr<Series>& series) {
       Accrue(*series, now);
+      if (series->gpus > 0 || now - series->idle_since < stranded_retention_) {
+        return false;
+      }
+      // At 0 since the retention began: every scrape since has read the counters' last values.
+      stranded_gpus_.Remove(series->gauge);
+      stranded_seconds_.Remove(series->seconds);
+      stranded_cost_.Remove(series->cost);
+      return true;
+    });
+    // A node whose devices are gone and whose series have all gone with them (RecomputeNode
+    // drops the others with its last device) leaves no record; it gets a new one if it comes
+    // back.
+    if (agg.stranded.empty() && agg.gpu_gauges.empty() && agg.held.empty() &&
+        agg.placeable.empty() && agg.pool.empty() && state_.DevicesOn(it->first).empty()) {
+      node_aggregates_.erase(it++);
+    } else {
+      ++it;
     }
   }
   for (auto& [labels, series] : held_) {

@@ -87,6 +87,12 @@ struct AnalyzerOptions {
   // DeviceClasses whose multi-device claims should land close together: their
   // dralens_cluster_claim_spread series say topology_sensitive="true".
   std::set<std::string> topology_sensitive_classes = {};
+  // How long a node's stranded series (dralens_cluster_stranded_gpus and its two counters, one
+  // label set) stay at 0 before Tick() drops them. Long enough for every scrape to read a
+  // counter's last value; short enough that a node keeps series only for what it strands now or
+  // stranded lately, not for every (kind, class) it ever stranded, and that a deleted node's
+  // series go.
+  absl::Duration stranded_retention = absl::Minutes(15);
 };
 
 class Analyzer {
@@ -124,7 +130,9 @@ class Analyzer {
   // Every informer has synced: with derive_after_sync, derives the findings of everything
   // received so far, once; from then on each event updates what it touches. Idempotent.
   void SetSynced() ABSL_LOCKS_EXCLUDED(mu_);
-  // Accrues device-seconds and cost up to now.
+  // Accrues device-seconds and cost up to now; drops the stranded series that have been at 0 for
+  // the retention (AnalyzerOptions::stranded_retention), and the records of nodes left with
+  // nothing.
   void Tick() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The current pending verdict of a claim ("ns/name"), for tests and /debug.
@@ -370,6 +378,7 @@ class Analyzer {
   const LifecycleTracer lifecycle_;  // the claims' lifecycle spans
   const PriceTable prices_;
   const std::set<std::string> topology_sensitive_;
+  const absl::Duration stranded_retention_;
   common::Clock& clock_;
 
   absl::Mutex mu_;

@@ -437,6 +437,7 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools, bool tallies,
       s->cost = &stranded_cost_.AddText(text);
       s->price_per_second = prices_.PriceOf(device_class, product) / 3600.0;
       s->last = now;
+      s->idle_since = now;
     }
   }
   for (auto& [labels, s] : agg.stranded) {
@@ -447,6 +448,7 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools, bool tallies,
     }
     Accrue(*s, now);
     s->gpus = gpus;
+    s->idle_since = gpus > 0 ? absl::InfiniteFuture() : now;
     s->gauge->Set(s->gpus);
   }
   UpdateHeld(agg.held, tally.held, now);

@@ -57,6 +57,9 @@ struct Analyzer::Series {
   double price_per_second = 0;
   double gpus = 0;
   absl::Time last;
+  // A stranded series: since when it has been at 0 (InfiniteFuture while it is not); Tick drops
+  // it once that is longer ago than the retention.
+  absl::Time idle_since = absl::InfiniteFuture();
 };
 
 // Label keys (LabelKey, ids from Analyzer::labels_) of the per-node and fleet series:
@@ -88,8 +91,10 @@ struct Analyzer::NodeAggregate {
   // What the node adds to dralens_cluster_pool_devices, indexed by PoolState.
   LabelTable<std::array<int, kPoolStates>> pool;
   LabelTable<prometheus::Gauge*> gpu_gauges;
-  // The node's stranded series: once created they stay (their counters must not reset), at 0
-  // while the node strands nothing of that kind.
+  // The node's stranded series: once created they stay while the node strands that kind for
+  // that class, and at 0 for the retention after it stops (AnalyzerOptions::stranded_retention),
+  // so that their counters do not reset while the stranding flaps and every scrape reads their
+  // last values; then Tick drops them.
   LabelTable<std::unique_ptr<Series>> stranded;
   LabelTable<double> held;
   // What each of its GPUs adds to its tally, by Device::gpu_first and in the order TallyGpu

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/numbers.h"
+#include "absl/time/time.h"
 #include "exporter/http/metrics_server.h"
 #include "src/app/cluster_role.h"
 #include "src/app/kube.h"
@@ -54,6 +55,9 @@ int RunCluster(const FlagValues& flags) {
          }
          options.price_file = flags.Get("price-file");
          options.topology_sensitive_classes = ClassList(flags.Get("topology-sensitive-classes"));
+         // Checked by the flag parser.
+         (void)absl::ParseDuration(flags.Get("stranded-series-retention"),
+                                   &options.stranded_retention);
          options.claim_events = flags.GetBool("claim-events");
          options.leader_elect = flags.GetBool("leader-elect");
          options.election.lease_name = flags.Get("leader-elect-lease-name");

@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<ClusterRole>> ClusterRole::Start(
   analyzer_options.prices = std::move(prices);
   analyzer_options.topology_sensitive_classes = options.topology_sensitive_classes;
   analyzer_options.derive_after_sync = true;
+  analyzer_options.stranded_retention = options.stranded_retention;
   role->analyzer_ = std::make_unique<exporter::cluster::Analyzer>(*role->cluster_registry_, tracer,
                                                                   std::move(analyzer_options));
   role->gate_ = std::make_unique<exporter::cluster::LeaderGate>(role->cluster_registry_, registry);

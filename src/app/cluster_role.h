@@ -44,6 +44,8 @@ struct ClusterRoleOptions {
   k8s::LeaderElectionOptions election;
   // How often stranded and held GPU-seconds are brought up to date between events.
   absl::Duration tick = absl::Seconds(5);
+  // How long a stranded series stays at 0 before it is dropped (AnalyzerOptions).
+  absl::Duration stranded_retention = absl::Minutes(15);
   // Kubernetes Events on pending claims (exporter/cluster/claim_events.h), written by the
   // leader; `instance` is their reportingInstance (this replica).
   bool claim_events = true;

@@ -369,6 +369,15 @@ std::vector<FlagSpec> BuildFlags() {
                "Unset, the demo marks its full-GPU class.",
                {Role::kCluster, Role::kDemo, Role::kExplain},
                nullptr});
+  f.push_back({"stranded-series-retention",
+               "DRALENS_STRANDED_SERIES_RETENTION",
+               "15m",
+               "How long a node's `dralens_cluster_stranded_*` series stay at 0 once it stops "
+               "stranding that kind for that class, before they are dropped: long enough for "
+               "every scrape to read the counters' last values, so that a node keeps series for "
+               "what it strands now or stranded lately, not for everything it ever stranded.",
+               {Role::kCluster},
+               CheckPositiveDuration});
   f.push_back({"log-level", "DRALENS_LOG_LEVEL", "info",
                "Lowest level logged: debug, info, warn or error. Lines go to stderr; the "
                "demo's go to its log file (see `--verbose`). `explain` logs warnings and errors "

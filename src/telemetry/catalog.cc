@@ -452,7 +452,9 @@ std::vector<MetricSpec> BuildCatalog() {
        "GPU-equivalents stranded right now, each under one kind (advertised_unhealthy, then "
        "allocated_not_running, then free_while_pending or unplaceable_fragment) and one "
        "DeviceClass (the holding request's; for free_while_pending the longest-pending claim's "
-       "it could serve; else empty). Part of dralens_cluster_gpus, never more."},
+       "it could serve; else empty). Part of dralens_cluster_gpus, never more. A label set "
+       "at 0 for --stranded-series-retention (15m) is dropped, with its two counters; it "
+       "starts again from 0 when the node strands it again."},
       {"dralens_cluster_stranded_gpu_seconds_total",
        K::kCounter,
        {"kind", "node", "product", "device_class"},

@@ -2,7 +2,7 @@
 // mixed watch events, on one thread.
 //
 //   ./build/tests/bench/scale/replay_bench [--sizes=1000,10000,100000] [--events=15000]
-//       [--rounds=3] [--seed=1]
+//       [--rounds=3] [--seed=1] [--event-rate=0] [--stranded-retention=15m]
 //
 // Each event is projected from its JSON text (src/k8s/projection.h) and handed to the handlers
 // the cluster role's informers call (exporter/cluster/feed.h), exactly what `dralens cluster`
@@ -12,6 +12,12 @@
 // analyzer and not with the machine: run it to compare two builds, or sizes, of the analyzer.
 // Each round draws new events (the fleet moves on) and ends with a scrape checked against the
 // fleet's truth, so a figure is counted only when the analyzer got the events right.
+//
+// Each round also prints the scrape's series count. With --event-rate=N the analyzer runs on a
+// simulated clock that moves 1/N s per event, ticking every 5 simulated seconds as the cluster
+// role does: what a fleet that sees N events per second exports after hours, in seconds (the
+// stranded series retention, --stranded-retention, bounds it). Without it the clock is real and
+// a run is too short for any retention to end.
 //
 // Under `valgrind --tool=callgrind --instr-atstart=no [--cache-sim=yes]` only the events are
 // instrumented (projection and apply, not the LISTs or the checks): instructions and simulated
@@ -25,6 +31,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,8 +45,10 @@
 #include "absl/base/attributes.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "exporter/cluster/analyzer.h"
 #include "exporter/cluster/feed.h"
+#include "src/common/clock.h"
 #include "src/k8s/projection.h"
 #include "src/telemetry/exposition.h"
 #include "src/telemetry/tracing/tracer_provider.h"
@@ -77,9 +86,12 @@ const k8s::ResourceType& TypeOf(Resource r) {
 
 // The analyzer as the cluster role builds it, with the informers' handlers and projections.
 struct Role {
-  Role() {
+  // `clock`: null for the real one.
+  Role(common::Clock* clock, absl::Duration stranded_retention) {
     exporter::cluster::AnalyzerOptions options;
     options.derive_after_sync = true;
+    options.clock = clock;
+    options.stranded_retention = stranded_retention;
     analyzer = std::make_unique<Analyzer>(registry, tracing->tracer(), std::move(options));
     for (Resource r : kResources) {
       handlers[static_cast<int>(r)] = exporter::cluster::HandlersFor(TypeOf(r), *analyzer);
@@ -128,7 +140,13 @@ struct Role {
   std::shared_ptr<const k8s::Projection> projections[kResourceCount];
 };
 
-bool Verified(const Role& role, const Fleet& fleet, const char* when) {
+// What a scrape holds: its series, and the stranded GPU family's (those above 0 apart).
+struct SeriesCount {
+  size_t all = 0, stranded = 0, stranded_above_zero = 0;
+};
+
+bool Verified(const Role& role, const Fleet& fleet, const char* when,
+              SeriesCount* series = nullptr) {
   absl::StatusOr<Scrape> scrape = ParseExposition(role.Scrape());
   if (!scrape.ok()) {
     std::fprintf(stderr, "%s: %s\n", when, scrape.status().ToString().c_str());
@@ -138,6 +156,18 @@ bool Verified(const Role& role, const Fleet& fleet, const char* when) {
   if (!v.complete()) {
     std::fprintf(stderr, "%s: the scrape differs from the truth:\n%s\n", when, v.Diff().c_str());
     return false;
+  }
+  if (series != nullptr) {
+    *series = {};
+    for (const auto& [family, samples] : scrape->samples) {
+      series->all += samples.size();
+    }
+    if (auto it = scrape->samples.find("dralens_cluster_stranded_gpus");
+        it != scrape->samples.end()) {
+      series->stranded = it->second.size();
+      series->stranded_above_zero = static_cast<size_t>(std::count_if(
+          it->second.begin(), it->second.end(), [](const Sample& s) { return s.value > 0; }));
+    }
   }
   return true;
 }
@@ -155,12 +185,33 @@ struct Event {
   std::string text;
 };
 
-bool RunSize(int claims, int events, int rounds, uint64_t seed) {
+struct Options {
+  int events = 15000;
+  int rounds = 3;
+  uint64_t seed = 1;
+  int event_rate = 0;  // events per simulated second; 0: the real clock
+  absl::Duration stranded_retention = absl::Minutes(15);
+};
+
+// The cluster role's ticker: every 5 s.
+constexpr absl::Duration kTick = absl::Seconds(5);
+
+bool RunSize(int claims, const Options& o) {
+  const int events = o.events;
+  const int rounds = o.rounds;
+  const uint64_t seed = o.seed;
   FleetOptions fo;
   fo.claims = claims;
   fo.seed = seed;
   Fleet fleet = Generate(fo);
-  Role role;
+  std::optional<common::FakeClock> clock;
+  if (o.event_rate > 0) {
+    clock.emplace(absl::Now());
+  }
+  Role role(clock.has_value() ? &*clock : nullptr, o.stranded_retention);
+  const absl::Duration per_event =
+      o.event_rate > 0 ? absl::Seconds(1) / o.event_rate : absl::ZeroDuration();
+  absl::Duration since_tick;
   const int64_t sync0 = ThreadCpuNanos();
   for (int i = 0; i < kClassCount; ++i) {
     role.Apply(Resource::kDeviceClasses, "ADDED",
@@ -219,6 +270,9 @@ bool RunSize(int claims, int events, int rounds, uint64_t seed) {
     // Events and wall seconds by kind: the thread CPU clock is a system call, not small next to
     // the cheapest events (about 2 us), and on one otherwise idle thread the two clocks agree.
     std::map<EventKind, std::pair<int, double>> by_kind;
+    int ticks = 0;
+    int64_t tick_nanos = 0;  // the ticks' CPU, apart from the events'
+
     for (size_t i = 0; i < batch.size(); ++i) {
       const auto t0 = std::chrono::steady_clock::now();
       role.ApplyEvent(batch[i].resource, batch[i].type, objects[i]);
@@ -226,24 +280,42 @@ bool RunSize(int claims, int events, int rounds, uint64_t seed) {
       auto& [n, s] = by_kind[batch[i].kind];
       ++n;
       s += std::chrono::duration<double>(t1 - t0).count();
+      if (clock.has_value()) {
+        clock->Advance(per_event);
+        since_tick += per_event;
+        if (since_tick >= kTick) {
+          since_tick = absl::ZeroDuration();
+          const int64_t k0 = ThreadCpuNanos();
+          role.analyzer->Tick();
+          tick_nanos += ThreadCpuNanos() - k0;
+          ++ticks;
+        }
+      }
     }
     CALLGRIND_STOP_INSTRUMENTATION;
     const int64_t p2 = ThreadCpuNanos();
     objects.clear();
     const int64_t p3 = ThreadCpuNanos();
-    if (!Verified(role, fleet, "after the events")) {
+    SeriesCount series;
+    if (!Verified(role, fleet, "after the events", &series)) {
       return false;
     }
     const double n = static_cast<double>(batch.size());
     std::printf(
         "[%d] round %d: %zu mixed events: %.2f us CPU per event (project %.2f, apply %.2f, "
         "free %.2f); apply by kind:",
-        claims, round + 1, batch.size(), (p1 - p0 + p2 - p1 + p3 - p2) / n / 1e3,
-        (p1 - p0) / n / 1e3, (p2 - p1) / n / 1e3, (p3 - p2) / n / 1e3);
+        claims, round + 1, batch.size(), (p1 - p0 + p2 - p1 - tick_nanos + p3 - p2) / n / 1e3,
+        (p1 - p0) / n / 1e3, (p2 - p1 - tick_nanos) / n / 1e3, (p3 - p2) / n / 1e3);
     for (const auto& [kind, f] : by_kind) {
       std::printf(" %s %.2f", ToString(kind), 1e6 * f.second / f.first);
     }
-    std::printf(" us\n");
+    std::printf(" us; %zu series (%zu stranded GPU series, %zu of them above 0)", series.all,
+                series.stranded, series.stranded_above_zero);
+    if (ticks > 0) {
+      std::printf("; %d ticks of %.2f ms CPU each (not in the events' figures)", ticks,
+                  tick_nanos / 1e6 / ticks);
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
   return true;
@@ -254,9 +326,7 @@ bool RunSize(int claims, int events, int rounds, uint64_t seed) {
 
 int main(int argc, char** argv) {
   std::vector<int> sizes = {1000, 10000, 100000};
-  int events = 15000;
-  int rounds = 3;
-  uint64_t seed = 1;
+  dralens::bench::scale::Options o;
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
     int v = 0;
@@ -270,20 +340,25 @@ int main(int argc, char** argv) {
         sizes.push_back(v);
       }
     } else if (absl::ConsumePrefix(&a, "--events=") && absl::SimpleAtoi(a, &v) && v > 0) {
-      events = v;
+      o.events = v;
     } else if (absl::ConsumePrefix(&a, "--rounds=") && absl::SimpleAtoi(a, &v) && v > 0) {
-      rounds = v;
+      o.rounds = v;
     } else if (absl::ConsumePrefix(&a, "--seed=") && absl::SimpleAtoi(a, &v)) {
-      seed = static_cast<uint64_t>(v);
+      o.seed = static_cast<uint64_t>(v);
+    } else if (absl::ConsumePrefix(&a, "--event-rate=") && absl::SimpleAtoi(a, &v) && v >= 0) {
+      o.event_rate = v;
+    } else if (absl::ConsumePrefix(&a, "--stranded-retention=") &&
+               absl::ParseDuration(a, &o.stranded_retention) &&
+               o.stranded_retention > absl::ZeroDuration()) {
     } else {
       std::fprintf(stderr,
                    "usage: replay_bench [--sizes=1000,10000,100000] [--events=15000] "
-                   "[--rounds=3] [--seed=1]\n");
+                   "[--rounds=3] [--seed=1] [--event-rate=0] [--stranded-retention=15m]\n");
       return 2;
     }
   }
   for (int claims : sizes) {
-    if (!dralens::bench::scale::RunSize(claims, events, rounds, seed)) {
+    if (!dralens::bench::scale::RunSize(claims, o)) {
       return 1;
     }
   }

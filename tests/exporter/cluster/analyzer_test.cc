@@ -443,6 +443,51 @@ TEST_F(ScenarioTest, EveryReasonAndStrandedKindIsExported) {
   EXPECT_EQ(Get("dralens_cluster_pending_claim_age_seconds",
                 {{"namespace", "team"}, {"claim", "waiting"}}),
             -1);
+
+  // A stranded series at 0 stays for the retention (15 minutes by default) with its counters at
+  // their last values, so that a scrape reads them; then its three series go.
+  clock_.Advance(absl::Minutes(14));
+  analyzer_->Tick();
+  EXPECT_EQ(stranded(gauge, "free_while_pending", "node-a", "H100", "gpu"), 0);
+  EXPECT_DOUBLE_EQ(stranded(seconds, "free_while_pending", "node-a", "H100", "gpu"), 90);
+  EXPECT_DOUBLE_EQ(stranded(seconds, "allocated_not_running", "node-b", "A100", "mig"),
+                   60 * 3.0 / 7);
+  clock_.Advance(absl::Minutes(1));
+  analyzer_->Tick();
+  for (const std::string& family : {gauge, seconds, cost}) {
+    EXPECT_EQ(stranded(family, "free_while_pending", "node-a", "H100", "gpu"), -1) << family;
+    // At 0 since the pod started, 30 s earlier than the one above.
+    EXPECT_EQ(stranded(family, "allocated_not_running", "node-b", "A100", "mig"), -1) << family;
+  }
+  // What is still stranded keeps its series and counts on.
+  EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-c", "A100", ""), 1);
+  EXPECT_DOUBLE_EQ(stranded(seconds, "advertised_unhealthy", "node-c", "A100", ""), 60 + 30 + 900);
+
+  // When the node strands that kind for that class again, its series come back from 0 (a
+  // counter reset, which rate() and increase() account for).
+  ASSERT_TRUE(client_->Delete(k8s::kResourceClaims, "team", "waiting", {}).ok());
+  ASSERT_TRUE(Eventually([&] { return !analyzer_->StateOf("team/waiting").has_value(); }));
+  EXPECT_EQ(stranded(gauge, "free_while_pending", "node-a", "H100", "gpu"), 1);
+  EXPECT_EQ(stranded(seconds, "free_while_pending", "node-a", "H100", "gpu"), 0);
+  clock_.Advance(absl::Seconds(20));
+  analyzer_->Tick();
+  EXPECT_DOUBLE_EQ(stranded(seconds, "free_while_pending", "node-a", "H100", "gpu"), 20);
+
+  // A node that goes away for good (its slice withdrawn): its GPU series go with its last
+  // device, its stranded series after the retention; nothing of it stays in the exposition.
+  ASSERT_TRUE(client_->Delete(k8s::kResourceSlices, "", "node-c-gpus", {}).ok());
+  ASSERT_TRUE(Eventually(
+      [&] { return stranded(gauge, "advertised_unhealthy", "node-c", "A100", "") == 0; }));
+  EXPECT_EQ(gpus("node-c", "A100", "unavailable"), -1);
+  clock_.Advance(absl::Minutes(1));
+  analyzer_->Tick();
+  EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-c", "A100", ""), 0);
+  clock_.Advance(absl::Minutes(14));
+  analyzer_->Tick();
+  for (const std::string& family : {gauge, seconds, cost}) {
+    EXPECT_EQ(Get(family, {{"node", "node-c"}}), -1) << family;
+  }
+  EXPECT_EQ(stranded(gauge, "advertised_unhealthy", "node-a", "H100", ""), 1);
 }
 
 // The lifecycle trace of a claim and the node's prepare span share one trace id.

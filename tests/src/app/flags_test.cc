@@ -92,6 +92,15 @@ TEST(FlagsTest, BadValuesNameTheFlagAndWhatIsAllowed) {
   v = ParseFlags(Role::kNode, {"--node-name=Node_A"}, env.Fn());
   ASSERT_FALSE(v.ok());
   EXPECT_THAT(std::string(v.status().message()), HasSubstr("DNS subdomain"));
+
+  for (const char* bad : {"--stranded-series-retention=15", "--stranded-series-retention=0s"}) {
+    v = ParseFlags(Role::kCluster, {bad}, env.Fn());
+    ASSERT_FALSE(v.ok()) << bad;
+    EXPECT_THAT(std::string(v.status().message()),
+                HasSubstr("--stranded-series-retention: must be a positive duration"))
+        << bad;
+  }
+  EXPECT_TRUE(ParseFlags(Role::kCluster, {"--stranded-series-retention=1h"}, env.Fn()).ok());
 }
 
 TEST(FlagsTest, DemoPrometheusFaultAndOtlpFlags) {
