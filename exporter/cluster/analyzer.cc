@@ -182,21 +182,21 @@ void Analyzer::Tick() {
   const absl::Time now = clock_.Now();
   for (auto it = node_aggregates_.begin(); it != node_aggregates_.end();) {
     NodeAggregate& agg = *it->second;
-    agg.stranded.EraseIf([&](const LabelKey&, std::unique_ptr<Series>& series) {
-      Accrue(*series, now);
-      if (series->gpus > 0 || now - series->idle_since < stranded_retention_) {
+    agg.stranded.EraseIf([&](const LabelKey&, Series& series) {
+      Accrue(series, now);
+      if (series.gpus > 0 || now - series.idle_since < stranded_retention_) {
         return false;
       }
       // At 0 since the retention began: every scrape since has read the counters' last values.
-      stranded_gpus_.Remove(series->gauge);
-      stranded_seconds_.Remove(series->seconds);
-      stranded_cost_.Remove(series->cost);
+      stranded_gpus_.Remove(series.gauge);
+      stranded_seconds_.Remove(series.seconds);
+      stranded_cost_.Remove(series.cost);
       return true;
     });
     // A node whose devices are gone and whose series have all gone with them (RecomputeNode
     // drops the others with its last device) leaves no record; it gets a new one if it comes
     // back.
-    if (agg.stranded.empty() && agg.gpu_gauges.empty() && agg.held.empty() &&
+    if (agg.stranded.empty() && agg.gpu_series.empty() && agg.held.empty() &&
         agg.placeable.empty() && agg.pool.empty() && state_.DevicesOn(it->first).empty()) {
       node_aggregates_.erase(it++);
     } else {

@@ -394,36 +394,43 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools, bool tallies,
   // no GPU reads 0, not a gap), and go with its last device.
   const bool has_devices = !on_node.empty();
 
-  agg.gpu_gauges.EraseIf([&](const LabelKey& labels, prometheus::Gauge* gauge) {
+  // A series is written only when its value moves: at fleet scale each one is a cache miss, and
+  // most events leave most of a node's values as they were.
+  agg.gpu_series.EraseIf([&](const LabelKey& labels, NodeAggregate::GpuSeries& series) {
     if (tally.gpus.Contains(labels)) {
       return false;
     }
     if (has_devices) {
-      gauge->Set(0);
+      if (series.value != 0) {
+        series.value = 0;
+        series.gauge->Set(0);
+      }
       return false;
     }
-    gpus_.Remove(gauge);
+    gpus_.Remove(series.gauge);
     return true;
   });
   for (const auto& [labels, value] : tally.gpus) {
-    prometheus::Gauge*& g = agg.gpu_gauges[labels];
-    if (g == nullptr) {
+    NodeAggregate::GpuSeries& series = agg.gpu_series[labels];
+    if (series.gauge == nullptr) {
       // Names in order (telemetry::LabelTextOf).
       const telemetry::LabelView text[] = {{"driver", labels_.Value(labels[0])},
                                            {"node", node},
                                            {"product", labels_.Value(labels[1])},
                                            {"state", ToString(static_cast<GpuState>(labels[2]))}};
-      g = &gpus_.AddText(telemetry::LabelTextOf(text));
+      series.gauge = &gpus_.AddText(telemetry::LabelTextOf(text));
+    } else if (series.value == value) {
+      continue;
     }
-    g->Set(value);
+    series.value = value;
+    series.gauge->Set(value);
   }
 
   // Stranded series: accrue what the old value earned, then switch to the new one.
   const absl::Time now = clock_.Now();
   for (const auto& [labels, value] : tally.stranded) {
-    std::unique_ptr<Series>& s = agg.stranded[labels];
-    if (s == nullptr) {
-      s = std::make_unique<Series>();
+    Series* s = &agg.stranded[labels];
+    if (s->gauge == nullptr) {
       const std::string& product = labels_.Value(labels[1]);
       const std::string& device_class = labels_.Value(labels[2]);
       // One text for the three families (names in order: telemetry::LabelTextOf).
@@ -443,13 +450,13 @@ void Analyzer::RecomputeNode(const std::string& node, bool pools, bool tallies,
   for (auto& [labels, s] : agg.stranded) {
     const double* value = tally.stranded.Find(labels);
     const double gpus = value == nullptr ? 0 : *value;
-    if (gpus == s->gpus) {
+    if (gpus == s.gpus) {
       continue;  // nothing to accrue early: Tick accrues at the same rate
     }
-    Accrue(*s, now);
-    s->gpus = gpus;
-    s->idle_since = gpus > 0 ? absl::InfiniteFuture() : now;
-    s->gauge->Set(s->gpus);
+    Accrue(s, now);
+    s.gpus = gpus;
+    s.idle_since = gpus > 0 ? absl::InfiniteFuture() : now;
+    s.gauge->Set(s.gpus);
   }
   UpdateHeld(agg.held, tally.held, now);
   agg.held = std::move(tally.held);

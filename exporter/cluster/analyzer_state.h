@@ -90,12 +90,18 @@ struct Analyzer::GpuPartEntry {
 struct Analyzer::NodeAggregate {
   // What the node adds to dralens_cluster_pool_devices, indexed by PoolState.
   LabelTable<std::array<int, kPoolStates>> pool;
-  LabelTable<prometheus::Gauge*> gpu_gauges;
+  // Its dralens_cluster_gpus series, with the value last set.
+  struct GpuSeries {
+    prometheus::Gauge* gauge = nullptr;
+    double value = 0;
+  };
+  LabelTable<GpuSeries> gpu_series;
   // The node's stranded series: once created they stay while the node strands that kind for
   // that class, and at 0 for the retention after it stops (AnalyzerOptions::stranded_retention),
   // so that their counters do not reset while the stranding flaps and every scrape reads their
-  // last values; then Tick drops them.
-  LabelTable<std::unique_ptr<Series>> stranded;
+  // last values; then Tick drops them. Kept in the table, not behind a pointer each: a recompute
+  // reads every one of them.
+  LabelTable<Series> stranded;
   LabelTable<double> held;
   // What each of its GPUs adds to its tally, by Device::gpu_first and in the order TallyGpu
   // found it: the node's tally is their sum in that order, the same sum whichever GPUs were
