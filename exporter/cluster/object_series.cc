@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "src/common/fnv.h"
 #include "src/telemetry/catalog.h"
 
 namespace dralens::exporter::cluster {
@@ -16,18 +17,31 @@ double ObjectSeries::Age(const Series& series, absl::Time now) {
   return std::max(0.0, absl::ToDoubleSeconds(now - series.since));
 }
 
+ObjectSeries::Probe ObjectSeries::PlaceOf(absl::string_view key) {
+  return Probe{common::Fnv1a64(key), key};
+}
+
 void ObjectSeries::Set(const std::string& key, std::vector<prometheus::ClientMetric::Label> labels,
                        absl::Time since) {
-  Series series;
-  series.text = telemetry::LabelText(labels);
-  series.since = since;
+  std::string text = telemetry::LabelText(labels);
+  const Probe place = PlaceOf(key);
   absl::MutexLock lock(&mu_);
-  series_[key] = std::move(series);
+  auto it = series_.lower_bound(place);
+  if (it != series_.end() && !Order()(place, *it)) {
+    it->series->since = since;
+    it->series->text = std::move(text);
+    return;
+  }
+  series_.insert(it,
+                 Slot{place.hash, std::make_unique<Series>(Series{key, since, std::move(text)})});
 }
 
 void ObjectSeries::Erase(const std::string& key) {
+  const Probe place = PlaceOf(key);
   absl::MutexLock lock(&mu_);
-  series_.erase(key);
+  if (auto it = series_.find(place); it != series_.end()) {
+    series_.erase(it);
+  }
 }
 
 size_t ObjectSeries::size() const {
@@ -47,10 +61,10 @@ std::vector<prometheus::MetricFamily> ObjectSeries::Collect() const {
       return {};
     }
     family.metric.reserve(series_.size());
-    for (const auto& [key, series] : series_) {
+    for (const Slot& slot : series_) {
       prometheus::ClientMetric metric;
-      metric.label = telemetry::LabelsOfText(series.text);
-      metric.gauge.value = Age(series, now);
+      metric.label = telemetry::LabelsOfText(slot.series->text);
+      metric.gauge.value = Age(*slot.series, now);
       family.metric.push_back(std::move(metric));
     }
   }
@@ -66,10 +80,12 @@ void ObjectSeries::AppendText(telemetry::TextWriter& out,
       [&](std::string* buffer) {
         telemetry::AppendHeader(buffer, name_, help_, prometheus::MetricType::Gauge, format);
       },
-      [&](std::string* buffer, const auto& entry) {
-        telemetry::AppendTextSample(buffer, name_, entry.second.text, Age(entry.second, now));
+      [&](std::string* buffer, const Slot& slot) {
+        telemetry::AppendTextSample(buffer, name_, slot.series->text, Age(*slot.series, now));
       },
-      [](const auto& entry) { return entry.first; });
+      [](const Slot& slot) {
+        return Cursor{slot.hash, slot.series->key};
+      });
 }
 
 }  // namespace dralens::exporter::cluster

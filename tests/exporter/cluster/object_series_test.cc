@@ -2,12 +2,19 @@
 // its age when collected, and collected through the leader gate only while leading.
 #include "exporter/cluster/object_series.h"
 
+#include <algorithm>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "exporter/cluster/leader_gate.h"
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
+#include "src/common/fnv.h"
 #include "src/telemetry/text_family.h"
 
 namespace dralens::exporter::cluster {
@@ -32,13 +39,26 @@ TEST(ObjectSeriesTest, SetReplaceAgeErase) {
   EXPECT_FALSE(families[0].help.empty());
   EXPECT_EQ(families[0].type, prometheus::MetricType::Gauge);
   ASSERT_EQ(families[0].metric.size(), 2u);
-  EXPECT_EQ(families[0].metric[0].label[0].value, "a");  // key order
-  EXPECT_EQ(families[0].metric[0].gauge.value, 7);
-  EXPECT_EQ(families[0].metric[1].label[1].value, "waiting_for_pod");
-  EXPECT_EQ(families[0].metric[1].gauge.value, 1);
+  // In the order of the keys' FNV-1a hashes.
+  const bool a_first = common::Fnv1a64("team/a") < common::Fnv1a64("team/b");
+  const prometheus::ClientMetric& a = families[0].metric[a_first ? 0 : 1];
+  const prometheus::ClientMetric& b = families[0].metric[a_first ? 1 : 0];
+  EXPECT_EQ(a.label[0].value, "a");
+  EXPECT_EQ(a.gauge.value, 7);
+  EXPECT_EQ(b.label[0].value, "b");
+  EXPECT_EQ(b.label[1].value, "waiting_for_pod");
+  EXPECT_EQ(b.gauge.value, 1);
   // A time still ahead (a claim created by a clock ahead of this one) reads 0, not less.
   series.Set("team/c", {{"claim", "c"}}, clock.Now() + absl::Seconds(30));
-  EXPECT_EQ(series.Collect()[0].metric[2].gauge.value, 0);
+  bool found = false;
+  families = series.Collect();
+  for (const prometheus::ClientMetric& m : families[0].metric) {
+    if (m.label[0].value == "c") {
+      found = true;
+      EXPECT_EQ(m.gauge.value, 0);
+    }
+  }
+  EXPECT_TRUE(found);
   series.Erase("team/c");
   series.Erase("team/a");
   series.Erase("team/a");
@@ -58,6 +78,64 @@ TEST(ObjectSeriesTest, RendersAsTextWhatItCollects) {
     EXPECT_EQ(telemetry::Render({}, nullptr, format, {&series}),
               telemetry::Render(series.Collect(), nullptr, format));
   }
+}
+
+// The order is the keys' (by hash), not the order they were set in; a scrape written in pieces
+// adds up to the whole, and a series set or erased while a piece is handed on is written or not
+// by where it falls, never twice.
+TEST(ObjectSeriesTest, OrderIsTheKeysAndPiecesAddUpToTheWhole) {
+  common::FakeClock clock;
+  ObjectSeries forward(kFamily, &clock), backward(kFamily, &clock);
+  constexpr int kClaims = 2000;
+  auto key = [](int i) { return absl::StrFormat("team-%02d/claim-%05d", i % 16, i); };
+  for (int i = 0; i < kClaims; ++i) {
+    forward.Set(key(i), {{"claim", key(i)}}, clock.Now() - absl::Seconds(i));
+  }
+  for (int i = kClaims - 1; i >= 0; --i) {
+    backward.Set(key(i), {{"claim", key(i)}}, clock.Now() - absl::Seconds(i));
+  }
+  const auto format = telemetry::ExpositionFormat::kPrometheusText;
+  const std::string whole = telemetry::Render({}, nullptr, format, {&forward});
+  EXPECT_EQ(whole, telemetry::Render({}, nullptr, format, {&backward}));
+  std::vector<std::string> lines = absl::StrSplit(whole, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), kClaims + 2u);  // # HELP, # TYPE
+  std::vector<uint64_t> hashes;
+  for (size_t i = 2; i < lines.size(); ++i) {
+    const size_t start = lines[i].find("claim=\"") + 7;
+    hashes.push_back(common::Fnv1a64(lines[i].substr(start, lines[i].find('"', start) - start)));
+  }
+  EXPECT_TRUE(std::is_sorted(hashes.begin(), hashes.end()));
+
+  std::vector<std::string> pieces;
+  telemetry::TextWriter out(1024, [&](absl::string_view piece) {
+    if (pieces.empty()) {
+      forward.Erase(key(0));  // wherever it falls: at most once in what follows
+      forward.Set("late/one", {{"claim", "late/one"}}, clock.Now());
+    }
+    pieces.emplace_back(piece);
+    return true;
+  });
+  telemetry::RenderTo({}, nullptr, format, {&forward}, out);
+  EXPECT_GT(pieces.size(), 20u);
+  const std::string changed = absl::StrJoin(pieces, "");
+  for (const std::string& claim : {key(0), std::string("late/one"), key(1)}) {
+    size_t count = 0;
+    for (size_t at = changed.find("\"" + claim + "\""); at != std::string::npos;
+         at = changed.find("\"" + claim + "\"", at + 1)) {
+      ++count;
+    }
+    EXPECT_LE(count, 1u) << claim;
+  }
+  EXPECT_NE(changed.find("\"" + key(1) + "\""), std::string::npos);
+  pieces.clear();
+  // Unchanged since: a second scrape in pieces is the one-piece render.
+  telemetry::TextWriter again(1024, [&](absl::string_view piece) {
+    pieces.emplace_back(piece);
+    return true;
+  });
+  telemetry::RenderTo({}, nullptr, format, {&forward}, again);
+  EXPECT_EQ(absl::StrJoin(pieces, ""), telemetry::Render({}, nullptr, format, {&forward}));
+  EXPECT_EQ(forward.size(), kClaims + 0u);
 }
 
 TEST(ObjectSeriesTest, TheGateExportsThemOnlyWhileLeading) {
