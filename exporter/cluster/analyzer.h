@@ -7,7 +7,8 @@
 // computed at scrape time is a pending claim's age (ObjectSeriesCollectable(): now minus its
 // creation, so no timer walks the pending claims). Tick() (called periodically) accrues the
 // stranded and held GPU-seconds and their cost; accrual also happens whenever a series
-// changes, so the counters are exact at every event.
+// changes, so the counters are exact at every event. Tick also drops the stranded series that
+// have been at 0 for the retention (AnalyzerOptions::stranded_retention).
 //
 // How things are decided:
 //  - claim state: pending (no allocation), allocated, reserved (status.reservedFor set),
