@@ -528,6 +528,8 @@ class ChartTest(unittest.TestCase):
                 sensitive = values["cluster"].get("topologySensitiveClasses") or []
                 self.assertEqual(flags.get("topology-sensitive-classes"),
                                  ",".join(sensitive) or None)
+                self.assertEqual(flags.get("stranded-series-retention"),
+                                 values["cluster"].get("strandedSeriesRetention") or None)
 
     def test_tracing_environment(self):
         for name, files in variants():
