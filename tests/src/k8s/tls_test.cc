@@ -100,6 +100,23 @@ class TlsTest : public ::testing::Test {
         nullptr);
   }
 
+  // A watch with `config` gets the server's first three events.
+  static void ExpectWatchDelivers(const RestConfig& config) {
+    std::vector<std::string> names;
+    absl::Status status = WatchNodes(config, 3, names);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(names.size(), 3u);
+  }
+
+  // A watch with `config` is refused before any event, as unavailable, for `why`.
+  static void ExpectWatchRefused(const RestConfig& config, const std::string& why) {
+    std::vector<std::string> names;
+    absl::Status status = WatchNodes(config, 3, names);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_THAT(status.message(), HasSubstr(why));
+    EXPECT_TRUE(names.empty());
+  }
+
   RestConfig BaseConfig() {
     RestConfig config;
     config.server = server_->url("https");
@@ -257,21 +274,14 @@ TEST_F(TlsTest, WatchByHostNameChecksTheNameTheCertificateCarries) {
   RestConfig config = BaseConfig();
   config.server = absl::StrCat("https://localhost:", server_->port());
   config.certificate_authority_file = pki_->ca_crt;
-  std::vector<std::string> names;
-  absl::Status status = WatchNodes(config, 3, names);
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(names.size(), 3u);
+  ExpectWatchDelivers(config);
 }
 
 TEST_F(TlsTest, WatchRejectsAServerTheCaDidNotSign) {
   StartServer(false);
   RestConfig config = BaseConfig();
   config.certificate_authority_file = pki_->other_ca_crt;
-  std::vector<std::string> names;
-  absl::Status status = WatchNodes(config, 3, names);
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
-  EXPECT_THAT(status.message(), HasSubstr("not trusted"));
-  EXPECT_TRUE(names.empty());
+  ExpectWatchRefused(config, "not trusted");
 }
 
 // The CA signed it, but for another host: refused by every verb.
@@ -279,11 +289,7 @@ TEST_F(TlsTest, ACertificateForAnotherHostIsRefused) {
   StartServer(false, /*other_host=*/true);
   RestConfig config = BaseConfig();
   config.certificate_authority_file = pki_->ca_crt;
-  std::vector<std::string> names;
-  absl::Status status = WatchNodes(config, 3, names);
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
-  EXPECT_THAT(status.message(), HasSubstr("does not match the host"));
-  EXPECT_TRUE(names.empty());
+  ExpectWatchRefused(config, "does not match the host");
   absl::StatusOr<nlohmann::json> node = GetNode(config);
   ASSERT_FALSE(node.ok());
   EXPECT_EQ(node.status().code(), absl::StatusCode::kUnavailable);
@@ -291,10 +297,7 @@ TEST_F(TlsTest, ACertificateForAnotherHostIsRefused) {
   // insecure-skip-tls-verify checks neither.
   config.certificate_authority_file.clear();
   config.insecure_skip_tls_verify = true;
-  names.clear();
-  status = WatchNodes(config, 3, names);
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(names.size(), 3u);
+  ExpectWatchDelivers(config);
 }
 
 TEST_F(TlsTest, StopEndsAWatchBlockedOnTls) {
