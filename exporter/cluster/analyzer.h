@@ -208,6 +208,9 @@ class Analyzer {
   // that digest, else to be decoded.
   void MatchHeld(const std::string& name, absl::Span<const uint64_t> digests,
                  std::vector<PublishedDevice>& devices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A device republished with other taints and nothing else changed: takes them in place.
+  void RetaintDevice(Device& device, const std::vector<model::DeviceTaint>& taints)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A device that a republish replaced under the same key, as it was before.
   struct Replaced {
     std::string node;

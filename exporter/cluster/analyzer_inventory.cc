@@ -130,6 +130,8 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
   std::unordered_map<Key, std::vector<std::pair<int, cel::Verdict>>> kept;
   // The devices published again under the same key with other content, as they were.
   std::unordered_map<Key, Replaced> replaced;
+  // The devices whose taints alone changed.
+  std::vector<std::pair<Device*, const model::SliceDevice*>> retainted;
   size_t published_before = 0;
   bool had_counter_sets = false;
   if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
@@ -145,11 +147,20 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
         continue;
       }
       const model::SliceDevice& sd = *now->second;
-      if (device->spec.Same(sd) && device->node == sd.node_name.value_or(slice_node)) {
+      const bool same_input = device->spec.SameSelectorInput(sd);
+      if (same_input && device->node == sd.node_name.value_or(slice_node) &&
+          device->spec.consumes_counters == sd.consumes_counters &&
+          device->spec.allow_multiple_allocations ==
+              sd.allow_multiple_allocations.value_or(false)) {
+        // The same device, or the same with other taints: the record stays in every index
+        // (a taint that came or went takes it out of none), and takes its new taints below.
         unchanged.insert(key);
+        if (device->spec.taints != sd.taints) {
+          retainted.emplace_back(device, &sd);
+        }
         continue;
       }
-      if (device->spec.SameSelectorInput(sd)) {
+      if (same_input) {
         // A copy: the old device still leaves the leaf counts by these verdicts below, and
         // without them would evaluate every selector again on its way out.
         kept[key] = device->verdicts;
@@ -271,6 +282,9 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
   for (Claim* claim : holders) {
     RefreshSpread(*claim);
   }
+  for (const auto& [device, sd] : retainted) {
+    RetaintDevice(*device, sd->taints);
+  }
   touched.insert(slice_node);
   for (Device* device : changed) {
     Device& d = *device;
@@ -289,6 +303,25 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
   }
   state_.SetSlice(name, {std::move(keys), std::move(digests), std::move(set_keys)});
   Flush();
+}
+
+void Analyzer::RetaintDevice(Device& device, const std::vector<model::DeviceTaint>& taints) {
+  // A taint moves the device's part in the leaves' counts (whether it is untainted for a
+  // request), its pool state and its GPU's tally; not whether it is free, its classes or where
+  // it is.
+  const bool counted = device.counted;
+  CountDevice(device, -1);
+  device.spec.taints = taints;
+  device.tainted = std::any_of(taints.begin(), taints.end(), fit::Blocking);
+  if (counted) {
+    CountDevice(device, +1);
+  }
+  if (device.consumes.empty()) {
+    MarkGpuDirty(device);
+  } else {
+    // What its siblings on the counter set can place moves with it: the node's recompute.
+    dirty_nodes_.insert(device.node);
+  }
 }
 
 bool Analyzer::RepublishedInPlace(const std::vector<Device*>& changed,
