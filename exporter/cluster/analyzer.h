@@ -179,6 +179,8 @@ class Analyzer {
  private:
   struct Series;
   struct NodeAggregate;
+  struct PendingAge;
+  struct ByAge;
   struct PendingShape;
   struct GpuTally;
   struct GpuPartEntry;
@@ -274,19 +276,14 @@ class Analyzer {
   void MoveFree(LeafCounts& leaf, const std::string& node, int delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a node's free_while_pending attribution can move when `shape`'s longest-pending
-  // claim goes from `from` to `to` (of those classes). A node's attribution is the class of the
+  // claim goes from `from` to `to`. A node's attribution is the class of the
   // longest-pending claim among the shapes its free devices fit (TallyGpu): it moves only when
   // the two classes differ, or another shape's longest-pending claim lies between the two with
   // another class. Otherwise the shape's nodes need no recompute, which a scheduler serving
   // claims oldest first would otherwise cause on every allocation, for every node with a free
   // device of the shape: O(nodes) per event (cluster_bench BM_AllocateOldestPending).
-  bool AttributionMayMove(const PendingShape& shape, const std::pair<absl::Time, Key>& from,
-                          uint32_t from_class, const std::pair<absl::Time, Key>& to,
-                          uint32_t to_class) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static constexpr uint32_t kUnknownClass = ~uint32_t{0};  // no label has this id
-  // The label id of the class of the pending claim `key`; kUnknownClass when there is no such
-  // claim (then any attribution may move).
-  uint32_t ClassOfPending(const Key& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AttributionMayMove(const PendingShape& shape, const PendingAge& from, const PendingAge& to)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks dirty the nodes with free devices that fit `request` (any of its alternatives).
   void MarkShapeNodesDirty(const std::shared_ptr<Request>& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -454,7 +451,8 @@ class Analyzer {
   // dralens_cluster_claims: (ClaimState, class, namespace) -> series and claims.
   absl::flat_hash_map<LabelKey, std::pair<prometheus::Gauge*, int>> claim_counts_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::vector<std::string>, std::pair<prometheus::Gauge*, int>> pending_counts_
+  // dralens_cluster_pending_claims: (class, PendingReason) -> series and claims.
+  absl::flat_hash_map<LabelKey, std::pair<prometheus::Gauge*, int>> pending_counts_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, prometheus::Histogram*> latency_ ABSL_GUARDED_BY(mu_);
   // dralens_cluster_claim_topology: (class, namespace, spread, nvlink) -> series and claims.

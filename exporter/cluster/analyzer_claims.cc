@@ -269,11 +269,10 @@ void Analyzer::EnterPending(Claim& claim) {
       shape->request = r;
       RegisterShape(*shape, r->signature);
     }
-    auto [it, inserted] = shape->claims.emplace(claim.created, claim.key);
+    auto [it, inserted] = shape->claims.insert({claim.created, &claim});
     if (inserted && it == shape->claims.begin()) {
       const auto was = std::next(it);
-      if (was == shape->claims.end() ||
-          AttributionMayMove(*shape, *was, ClassOfPending(was->second), *it, claim.class_id)) {
+      if (was == shape->claims.end() || AttributionMayMove(*shape, *was, *it)) {
         MarkShapeNodesDirty(shape->request);
       }
     }
@@ -290,12 +289,11 @@ void Analyzer::LeavePending(Claim& claim) {
       continue;
     }
     auto& claims = it->second->claims;
-    auto c = claims.find({claim.created, claim.key});
+    auto c = claims.find({claim.created, &claim});
     if (c != claims.end()) {
       if (c == claims.begin()) {
         const auto next = std::next(c);
-        if (next == claims.end() || AttributionMayMove(*it->second, *c, claim.class_id, *next,
-                                                       ClassOfPending(next->second))) {
+        if (next == claims.end() || AttributionMayMove(*it->second, *c, *next)) {
           MarkShapeNodesDirty(it->second->request);  // before the shape's leaves may go
         }
       }
@@ -311,24 +309,20 @@ void Analyzer::LeavePending(Claim& claim) {
   UpdatePendingSeries(claim);
 }
 
-uint32_t Analyzer::ClassOfPending(const Key& key) {
-  const Claim* claim = state_.FindClaim(key);
-  return claim == nullptr ? kUnknownClass : claim->class_id;
-}
-
-bool Analyzer::AttributionMayMove(const PendingShape& shape, const std::pair<absl::Time, Key>& from,
-                                  uint32_t from_class, const std::pair<absl::Time, Key>& to,
-                                  uint32_t to_class) {
-  if (from_class != to_class || from_class == kUnknownClass) {
+bool Analyzer::AttributionMayMove(const PendingShape& shape, const PendingAge& from,
+                                  const PendingAge& to) {
+  const uint32_t from_class = from.claim->class_id;
+  if (from_class != to.claim->class_id) {
     return true;
   }
-  const auto& [lo, hi] = std::minmax(from, to);
+  const ByAge before;
+  const auto& [lo, hi] = std::minmax(from, to, before);
   for (const auto& [signature, other] : pending_requests_) {
     if (other.get() == &shape || other->claims.empty()) {
       continue;
     }
-    const std::pair<absl::Time, Key>& first = *other->claims.begin();
-    if (lo < first && first < hi && ClassOfPending(first.second) != from_class) {
+    const PendingAge& first = *other->claims.begin();
+    if (before(lo, first) && before(first, hi) && first.claim->class_id != from_class) {
       return true;
     }
   }
@@ -345,11 +339,11 @@ void Analyzer::UpdatePendingSeries(Claim& claim) {
   }
   if (reason != claim.reason) {
     auto count = [&](PendingReason r, int delta) {
-      std::vector<std::string> labels = {claim.device_class(), std::string(ToString(r))};
+      const LabelKey labels = {{claim.class_id, static_cast<uint32_t>(r)}};
       auto [it, inserted] = pending_counts_.emplace(labels, std::make_pair(nullptr, 0));
       if (inserted) {
-        it->second.first =
-            &pending_claims_.Add({{"device_class", labels[0]}, {"reason", labels[1]}});
+        it->second.first = &pending_claims_.Add(
+            {{"device_class", claim.device_class()}, {"reason", std::string(ToString(r))}});
       }
       it->second.second += delta;
       it->second.first->Set(it->second.second);

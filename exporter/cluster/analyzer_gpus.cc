@@ -47,16 +47,16 @@ void Analyzer::Flush() {
         shapes.insert(leaf->second->shapes.begin(), leaf->second->shapes.end());
       }
     }
-    std::set<Key> claims;
+    std::set<Claim*, ByClaimKey> claims;
     for (const std::string& signature : shapes) {
       if (auto shape = pending_requests_.find(signature); shape != pending_requests_.end()) {
-        for (const auto& [created, key] : shape->second->claims) {
-          claims.insert(key);
+        for (const PendingAge& pending : shape->second->claims) {
+          claims.insert(pending.claim);
         }
       }
     }
-    for (const Key& key : claims) {
-      UpdatePendingSeries(*state_.FindClaim(key));
+    for (Claim* claim : claims) {
+      UpdatePendingSeries(*claim);
     }
   }
   if (pending_shape_changed_) {
@@ -101,10 +101,10 @@ void Analyzer::Accrue(Series& series, absl::Time now) {
 }
 
 const Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& free) {
-  const std::pair<absl::Time, Key>* oldest = nullptr;
+  const PendingAge* oldest = nullptr;
   for (const auto& [signature, shape] : pending_requests_) {
-    const std::pair<absl::Time, Key>& first = *shape->claims.begin();
-    if (oldest != nullptr && !(first < *oldest)) {
+    const PendingAge& first = *shape->claims.begin();
+    if (oldest != nullptr && !ByAge()(first, *oldest)) {
       continue;  // this shape's oldest claim could not win
     }
     for (Device* d : free) {
@@ -114,10 +114,7 @@ const Claim* Analyzer::OldestPendingFor(const std::vector<Device*>& free) {
       }
     }
   }
-  if (oldest == nullptr) {
-    return nullptr;
-  }
-  return state_.FindClaim(oldest->second);
+  return oldest == nullptr ? nullptr : oldest->claim;
 }
 
 absl::string_view ToString(Usage usage) {

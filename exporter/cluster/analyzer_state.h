@@ -110,11 +110,25 @@ struct Analyzer::NodeAggregate {
   std::map<std::vector<std::string>, prometheus::Gauge*> placeable;  // gpu, profile
 };
 
+// A pending claim in its shape's order: oldest first, then by key (read only when two were
+// created at the same time).
+struct Analyzer::PendingAge {
+  absl::Time created;
+  Claim* claim = nullptr;
+};
+struct Analyzer::ByAge {
+  bool operator()(const PendingAge& a, const PendingAge& b) const {
+    return a.created != b.created ? a.created < b.created : a.claim->key < b.claim->key;
+  }
+};
+
 struct Analyzer::PendingShape {
   std::shared_ptr<Request> request;
-  // (created, key): oldest first. A B-tree: up to every pending claim of the fleet, and a
-  // claim that stops pending is found in a few node visits rather than a red-black path.
-  absl::btree_set<std::pair<absl::Time, Key>> claims;
+  // Oldest first. A B-tree: up to every pending claim of the fleet, and a claim that stops
+  // pending is found in a few node visits rather than a red-black path. Entries point at their
+  // claims (which leave before they go: LeavePending), so that the longest-pending claim of a
+  // shape is read without a lookup by key, and an entry is 24 bytes, not a copy of the key.
+  absl::btree_set<PendingAge, ByAge> claims;
 };
 
 struct Analyzer::LeafCounts {

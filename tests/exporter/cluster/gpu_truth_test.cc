@@ -893,6 +893,99 @@ TEST(GpuTruthFragmentTest, FreeWhilePendingFollowsTheLongestPendingClaimAcrossSh
   EXPECT_DOUBLE_EQ(stranded("big"), 0);
 }
 
+// A request shape orders its pending claims by creation time, then by key: claims created in
+// the same instant are each kept, and each gets its reason when the counts move.
+TEST(GpuTruthFragmentTest, ClaimsCreatedInTheSameInstantEachFollowTheirShape) {
+  prometheus::Registry registry;
+  telemetry::NoopTracer tracer;
+  common::FakeClock clock;
+  Analyzer analyzer(registry, tracer, AnalyzerOptions{{}, &clock});
+  HandlersFor(k8s::kDeviceClasses, analyzer)
+      .on_add(testing::Class("gpu", Attr("type") + " == 'gpu'"));
+  HandlersFor(k8s::kNodes, analyzer).on_add(testing::Node("a", true));
+  HandlersFor(k8s::kResourceSlices, analyzer)
+      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
+  k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, analyzer);
+  auto claim = [](const std::string& name) {
+    json c = testing::Claim("team", name, "gpu");
+    c["metadata"]["uid"] = "uid-" + name;
+    c["metadata"]["creationTimestamp"] = "2026-11-25T10:20:00Z";
+    return c;
+  };
+  analyzer.SetNodesSynced();
+  for (const char* name : {"x3", "x1", "x2"}) {
+    claims.on_add(claim(name));
+  }
+  for (const char* key : {"team/x1", "team/x2", "team/x3"}) {
+    EXPECT_EQ(analyzer.PendingReasonOf(key), PendingReason::kWaitingForPod) << key;
+  }
+  // The only GPU is taken: every one of them now lacks capacity.
+  claims.on_add(testing::Holding("holder", {"gpu-0"}));
+  for (const char* key : {"team/x1", "team/x2", "team/x3"}) {
+    EXPECT_EQ(analyzer.PendingReasonOf(key), PendingReason::kNoCapacity) << key;
+  }
+  // One of them goes; the others stay in their shape and follow the GPU when it is free again.
+  claims.on_delete(claim("x2"));
+  claims.on_delete(testing::Holding("holder", {"gpu-0"}));
+  EXPECT_FALSE(analyzer.PendingReasonOf("team/x2").has_value());
+  for (const char* key : {"team/x1", "team/x3"}) {
+    EXPECT_EQ(analyzer.PendingReasonOf(key), PendingReason::kWaitingForPod) << key;
+  }
+}
+
+// A claim is attributed its first request's class, so one shape can hold claims of two classes
+// (a claim whose second request is of the shape's class). When such a claim leaves, its shape's
+// longest-pending claim changes class and the free GPUs of the shape's nodes change class with
+// it, even though no other shape pends in between.
+TEST(GpuTruthFragmentTest, FreeWhilePendingFollowsAClassChangeWithinOneShape) {
+  prometheus::Registry registry;
+  telemetry::NoopTracer tracer;
+  common::FakeClock clock;
+  Analyzer analyzer(registry, tracer, AnalyzerOptions{{}, &clock});
+  HandlersFor(k8s::kDeviceClasses, analyzer)
+      .on_add(testing::Class("gpu", Attr("type") + " == 'gpu'"));
+  // "big" only fits node b's GPU, which node a does not have.
+  HandlersFor(k8s::kDeviceClasses, analyzer)
+      .on_add(testing::Class("big", Attr("productName") + " == 'B200'"));
+  for (const char* node : {"a", "b"}) {
+    HandlersFor(k8s::kNodes, analyzer).on_add(testing::Node(node, true));
+  }
+  HandlersFor(k8s::kResourceSlices, analyzer)
+      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
+  std::vector<testing::DeviceSpec> big = testing::WholeGpus("b", 1);
+  big[0].product = "B200";
+  HandlersFor(k8s::kResourceSlices, analyzer).on_add(testing::Slice("b", big));
+  k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, analyzer);
+  // m: a "big" request, then a "gpu" one: class big, and pending in the gpu shape too.
+  json m = testing::Claim("team", "m", "big");
+  m["metadata"]["uid"] = "uid-m";
+  m["metadata"]["creationTimestamp"] = "2026-11-25T10:20:00Z";
+  m["spec"]["devices"]["requests"].push_back(
+      {{"name", "second"}, {"exactly", {{"deviceClassName", "gpu"}, {"count", 1}}}});
+  json x = testing::Claim("team", "x", "gpu");
+  x["metadata"]["uid"] = "uid-x";
+  x["metadata"]["creationTimestamp"] = "2026-11-25T10:21:00Z";
+  claims.on_add(m);
+  claims.on_add(x);
+  analyzer.SetNodesSynced();
+  auto stranded = [&](const std::string& node, const std::string& cls) {
+    double sum = 0;
+    for (const Sample& s :
+         Collect(testing::Exported(registry, analyzer), "dralens_cluster_stranded_gpus")) {
+      if (s.labels.at("kind") == "free_while_pending" && s.labels.at("node") == node &&
+          s.labels.at("device_class") == cls) {
+        sum += s.value;
+      }
+    }
+    return sum;
+  };
+  EXPECT_DOUBLE_EQ(stranded("a", "big"), 1);  // m pends longest, and node a's GPU fits its request
+  EXPECT_DOUBLE_EQ(stranded("a", "gpu"), 0);
+  claims.on_delete(m);
+  EXPECT_DOUBLE_EQ(stranded("a", "gpu"), 1);  // x now
+  EXPECT_DOUBLE_EQ(stranded("a", "big"), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(RandomClusters, GpuTruthTest, ::testing::Range(1u, 61u));
 
 }  // namespace
