@@ -822,43 +822,60 @@ TEST(GpuTruthFragmentTest, FreeMigCapacityNoPendingRequestFits) {
   EXPECT_LE(stranded("unplaceable_fragment", ""), 0);
 }
 
+// An analyzer on a fake clock, fed through the handlers its informers would call.
+class FedAnalyzerTest : public ::testing::Test {
+ protected:
+  void Add(const k8s::ResourceType& type, const json& object) {
+    HandlersFor(type, analyzer_).on_add(object);
+  }
+  // A class, a Ready node and its slice of whole GPUs.
+  void AddClass(const std::string& name, const std::string& cel) {
+    Add(k8s::kDeviceClasses, testing::Class(name, cel));
+  }
+  void AddNode(const std::string& node, const std::vector<testing::DeviceSpec>& gpus) {
+    Add(k8s::kNodes, testing::Node(node, true));
+    Add(k8s::kResourceSlices, testing::Slice(node, gpus));
+  }
+  // GPUs stranded free_while_pending for `cls` (on `node`, or on every node).
+  double FreeWhilePending(const std::string& cls, const std::string& node = "") {
+    double sum = 0;
+    for (const Sample& s :
+         Collect(testing::Exported(registry_, analyzer_), "dralens_cluster_stranded_gpus")) {
+      if (s.labels.at("kind") == "free_while_pending" && s.labels.at("device_class") == cls &&
+          (node.empty() || s.labels.at("node") == node)) {
+        sum += s.value;
+      }
+    }
+    return sum;
+  }
+
+  prometheus::Registry registry_;
+  telemetry::NoopTracer tracer_;
+  common::FakeClock clock_;
+  Analyzer analyzer_{registry_, tracer_, AnalyzerOptions{{}, &clock_}};
+  k8s::InformerHandlers claims_ = HandlersFor(k8s::kResourceClaims, analyzer_);
+};
+
 // free_while_pending goes to the class of the longest-pending claim the free GPUs could serve.
 // When a shape's longest-pending claim changes, a node's class moves only if another class
 // pends between the old and the new one (or the two differ); the analyzer recomputes the
 // shape's nodes only then, and must not miss that case.
-TEST(GpuTruthFragmentTest, FreeWhilePendingFollowsTheLongestPendingClaimAcrossShapes) {
-  prometheus::Registry registry;
-  telemetry::NoopTracer tracer;
-  common::FakeClock clock;
-  Analyzer analyzer(registry, tracer, AnalyzerOptions{{}, &clock});
-  HandlersFor(k8s::kDeviceClasses, analyzer)
-      .on_add(testing::Class("gpu", Attr("type") + " == 'gpu'"));
-  HandlersFor(k8s::kDeviceClasses, analyzer)
-      .on_add(testing::Class("big", Attr("type") + " == 'gpu'"));
-  HandlersFor(k8s::kNodes, analyzer).on_add(testing::Node("a", true));
-  HandlersFor(k8s::kResourceSlices, analyzer)
-      .on_add(testing::Slice("a", testing::WholeGpus("a", 2)));
-  k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, analyzer);
+TEST_F(FedAnalyzerTest, FreeWhilePendingFollowsTheLongestPendingClaimAcrossShapes) {
+  AddClass("gpu", Attr("type") + " == 'gpu'");
+  AddClass("big", Attr("type") + " == 'gpu'");
+  AddNode("a", testing::WholeGpus("a", 2));
+  k8s::InformerHandlers& claims = claims_;
   auto claim = [](const std::string& name, const std::string& cls, int minute) {
     json c = testing::Claim("team", name, cls);
     c["metadata"]["uid"] = "uid-" + name;
     c["metadata"]["creationTimestamp"] = absl::StrCat("2026-11-25T10:", 20 + minute, ":00Z");
     return c;
   };
-  auto stranded = [&](const std::string& cls) {
-    double sum = 0;
-    for (const Sample& s :
-         Collect(testing::Exported(registry, analyzer), "dralens_cluster_stranded_gpus")) {
-      if (s.labels.at("kind") == "free_while_pending" && s.labels.at("device_class") == cls) {
-        sum += s.value;
-      }
-    }
-    return sum;
-  };
+  auto stranded = [&](const std::string& cls) { return FreeWhilePending(cls); };
   claims.on_add(claim("x1", "gpu", 1));
   claims.on_add(claim("y1", "big", 2));
   claims.on_add(claim("x2", "gpu", 3));
-  analyzer.SetNodesSynced();
+  analyzer_.SetNodesSynced();
   EXPECT_DOUBLE_EQ(stranded("gpu"), 2);  // x1 pends longest
   EXPECT_DOUBLE_EQ(stranded("big"), 0);
 
@@ -895,41 +912,34 @@ TEST(GpuTruthFragmentTest, FreeWhilePendingFollowsTheLongestPendingClaimAcrossSh
 
 // A request shape orders its pending claims by creation time, then by key: claims created in
 // the same instant are each kept, and each gets its reason when the counts move.
-TEST(GpuTruthFragmentTest, ClaimsCreatedInTheSameInstantEachFollowTheirShape) {
-  prometheus::Registry registry;
-  telemetry::NoopTracer tracer;
-  common::FakeClock clock;
-  Analyzer analyzer(registry, tracer, AnalyzerOptions{{}, &clock});
-  HandlersFor(k8s::kDeviceClasses, analyzer)
-      .on_add(testing::Class("gpu", Attr("type") + " == 'gpu'"));
-  HandlersFor(k8s::kNodes, analyzer).on_add(testing::Node("a", true));
-  HandlersFor(k8s::kResourceSlices, analyzer)
-      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
-  k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, analyzer);
+TEST_F(FedAnalyzerTest, ClaimsCreatedInTheSameInstantEachFollowTheirShape) {
+  AddClass("gpu", Attr("type") + " == 'gpu'");
+  AddNode("a", testing::WholeGpus("a", 1));
+  k8s::InformerHandlers& claims = claims_;
   auto claim = [](const std::string& name) {
     json c = testing::Claim("team", name, "gpu");
     c["metadata"]["uid"] = "uid-" + name;
     c["metadata"]["creationTimestamp"] = "2026-11-25T10:20:00Z";
     return c;
   };
-  analyzer.SetNodesSynced();
+  analyzer_.SetNodesSynced();
   for (const char* name : {"x3", "x1", "x2"}) {
     claims.on_add(claim(name));
   }
   for (const char* key : {"team/x1", "team/x2", "team/x3"}) {
-    EXPECT_EQ(analyzer.PendingReasonOf(key), PendingReason::kWaitingForPod) << key;
+    EXPECT_EQ(analyzer_.PendingReasonOf(key), PendingReason::kWaitingForPod) << key;
   }
   // The only GPU is taken: every one of them now lacks capacity.
   claims.on_add(testing::Holding("holder", {"gpu-0"}));
   for (const char* key : {"team/x1", "team/x2", "team/x3"}) {
-    EXPECT_EQ(analyzer.PendingReasonOf(key), PendingReason::kNoCapacity) << key;
+    EXPECT_EQ(analyzer_.PendingReasonOf(key), PendingReason::kNoCapacity) << key;
   }
   // One of them goes; the others stay in their shape and follow the GPU when it is free again.
   claims.on_delete(claim("x2"));
   claims.on_delete(testing::Holding("holder", {"gpu-0"}));
-  EXPECT_FALSE(analyzer.PendingReasonOf("team/x2").has_value());
+  EXPECT_FALSE(analyzer_.PendingReasonOf("team/x2").has_value());
   for (const char* key : {"team/x1", "team/x3"}) {
-    EXPECT_EQ(analyzer.PendingReasonOf(key), PendingReason::kWaitingForPod) << key;
+    EXPECT_EQ(analyzer_.PendingReasonOf(key), PendingReason::kWaitingForPod) << key;
   }
 }
 
@@ -937,25 +947,15 @@ TEST(GpuTruthFragmentTest, ClaimsCreatedInTheSameInstantEachFollowTheirShape) {
 // (a claim whose second request is of the shape's class). When such a claim leaves, its shape's
 // longest-pending claim changes class and the free GPUs of the shape's nodes change class with
 // it, even though no other shape pends in between.
-TEST(GpuTruthFragmentTest, FreeWhilePendingFollowsAClassChangeWithinOneShape) {
-  prometheus::Registry registry;
-  telemetry::NoopTracer tracer;
-  common::FakeClock clock;
-  Analyzer analyzer(registry, tracer, AnalyzerOptions{{}, &clock});
-  HandlersFor(k8s::kDeviceClasses, analyzer)
-      .on_add(testing::Class("gpu", Attr("type") + " == 'gpu'"));
+TEST_F(FedAnalyzerTest, FreeWhilePendingFollowsAClassChangeWithinOneShape) {
+  AddClass("gpu", Attr("type") + " == 'gpu'");
   // "big" only fits node b's GPU, which node a does not have.
-  HandlersFor(k8s::kDeviceClasses, analyzer)
-      .on_add(testing::Class("big", Attr("productName") + " == 'B200'"));
-  for (const char* node : {"a", "b"}) {
-    HandlersFor(k8s::kNodes, analyzer).on_add(testing::Node(node, true));
-  }
-  HandlersFor(k8s::kResourceSlices, analyzer)
-      .on_add(testing::Slice("a", testing::WholeGpus("a", 1)));
+  AddClass("big", Attr("productName") + " == 'B200'");
+  AddNode("a", testing::WholeGpus("a", 1));
   std::vector<testing::DeviceSpec> big = testing::WholeGpus("b", 1);
   big[0].product = "B200";
-  HandlersFor(k8s::kResourceSlices, analyzer).on_add(testing::Slice("b", big));
-  k8s::InformerHandlers claims = HandlersFor(k8s::kResourceClaims, analyzer);
+  AddNode("b", big);
+  k8s::InformerHandlers& claims = claims_;
   // m: a "big" request, then a "gpu" one: class big, and pending in the gpu shape too.
   json m = testing::Claim("team", "m", "big");
   m["metadata"]["uid"] = "uid-m";
@@ -967,17 +967,9 @@ TEST(GpuTruthFragmentTest, FreeWhilePendingFollowsAClassChangeWithinOneShape) {
   x["metadata"]["creationTimestamp"] = "2026-11-25T10:21:00Z";
   claims.on_add(m);
   claims.on_add(x);
-  analyzer.SetNodesSynced();
+  analyzer_.SetNodesSynced();
   auto stranded = [&](const std::string& node, const std::string& cls) {
-    double sum = 0;
-    for (const Sample& s :
-         Collect(testing::Exported(registry, analyzer), "dralens_cluster_stranded_gpus")) {
-      if (s.labels.at("kind") == "free_while_pending" && s.labels.at("node") == node &&
-          s.labels.at("device_class") == cls) {
-        sum += s.value;
-      }
-    }
-    return sum;
+    return FreeWhilePending(cls, node);
   };
   EXPECT_DOUBLE_EQ(stranded("a", "big"), 1);  // m pends longest, and node a's GPU fits its request
   EXPECT_DOUBLE_EQ(stranded("a", "gpu"), 0);
