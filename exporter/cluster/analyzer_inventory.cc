@@ -148,10 +148,8 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
       }
       const model::SliceDevice& sd = *now->second;
       const bool same_input = device->spec.SameSelectorInput(sd);
-      if (same_input && device->node == sd.node_name.value_or(slice_node) &&
-          device->spec.consumes_counters == sd.consumes_counters &&
-          device->spec.allow_multiple_allocations ==
-              sd.allow_multiple_allocations.value_or(false)) {
+      if (same_input && device->spec.SameConsumption(sd) &&
+          device->node == sd.node_name.value_or(slice_node)) {
         // The same device, or the same with other taints: the record stays in every index
         // (a taint that came or went takes it out of none), and takes its new taints below.
         unchanged.insert(key);

@@ -172,8 +172,11 @@ CompactSpec CompactSpec::Of(const model::SliceDevice& device, NamePool& names) {
 }
 
 bool CompactSpec::Same(const model::SliceDevice& device) const {
-  return SameSelectorInput(device) && taints == device.taints &&
-         consumes_counters == device.consumes_counters &&
+  return SameSelectorInput(device) && taints == device.taints && SameConsumption(device);
+}
+
+bool CompactSpec::SameConsumption(const model::SliceDevice& device) const {
+  return consumes_counters == device.consumes_counters &&
          allow_multiple_allocations == device.allow_multiple_allocations.value_or(false);
 }
 

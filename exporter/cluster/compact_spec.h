@@ -58,6 +58,9 @@ class CompactSpec {
   bool Same(const model::SliceDevice& device) const;
   // `device` has the same attributes and capacity: a selector's verdict on it stands.
   bool SameSelectorInput(const model::SliceDevice& device) const;
+  // `device` consumes the same shared counters and has the same sharing flag: with the same
+  // selector input, it differs at most in its taints.
+  bool SameConsumption(const model::SliceDevice& device) const;
   // An attribute by its unqualified name, published either bare or in any domain.
   std::optional<model::DeviceAttribute> Attribute(absl::string_view name) const;
   std::string StringAttribute(absl::string_view name) const;

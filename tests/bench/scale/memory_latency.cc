@@ -14,10 +14,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <numeric>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -72,9 +70,10 @@ int main(int argc, char** argv) {
   size_t steps = 20000000;
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
-    if (absl::ConsumePrefix(&a, "--max-mib=") && absl::SimpleAtoi(a, &max_mib) && max_mib > 0) {
-    } else if (absl::ConsumePrefix(&a, "--steps=") && absl::SimpleAtoi(a, &steps) && steps > 0) {
-    } else {
+    const bool ok =
+        (absl::ConsumePrefix(&a, "--max-mib=") && absl::SimpleAtoi(a, &max_mib) && max_mib > 0) ||
+        (absl::ConsumePrefix(&a, "--steps=") && absl::SimpleAtoi(a, &steps) && steps > 0);
+    if (!ok) {
       std::fprintf(stderr, "usage: memory_latency [--max-mib=1024] [--steps=20000000]\n");
       return 2;
     }
