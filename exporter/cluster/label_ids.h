@@ -11,6 +11,7 @@
 // objects anyway, so the table grows no faster than the series do.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <compare>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/string_view.h"
 
@@ -49,8 +51,11 @@ struct LabelKey {
 };
 
 // Values summed by LabelKey. A node has a handful of label sets, so this is a vector searched
-// linearly: no allocation per entry and no hashing.
-template <typename V>
+// linearly: no allocation per entry and no hashing. The first N entries live in the table
+// itself: a node's recompute builds several tables per event (its tally, the held deltas, a
+// copy of its pool counts), each of which took a heap block, and reads the node's own tables
+// through a pointer each.
+template <typename V, size_t N = 4>
 class LabelTable {
  public:
   V& operator[](const LabelKey& key) {
@@ -73,7 +78,9 @@ class LabelTable {
   // Removes the entries for which `drop(key, value)` holds.
   template <typename F>
   void EraseIf(F drop) {
-    std::erase_if(entries_, [&](auto& e) { return drop(e.first, e.second); });
+    entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+                                  [&](auto& e) { return drop(e.first, e.second); }),
+                   entries_.end());
   }
   bool empty() const { return entries_.empty(); }
   size_t size() const { return entries_.size(); }
@@ -83,7 +90,7 @@ class LabelTable {
   auto end() const { return entries_.end(); }
 
  private:
-  std::vector<std::pair<LabelKey, V>> entries_;
+  absl::InlinedVector<std::pair<LabelKey, V>, N> entries_;
 };
 
 }  // namespace dralens::exporter::cluster
