@@ -1,6 +1,7 @@
 #include "exporter/cluster/label_ids.h"
 
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -45,6 +46,31 @@ TEST(LabelTableTest, SumsByKeyAndErases) {
   EXPECT_FALSE(table.Contains(b));
   EXPECT_EQ(table.size(), 1u);
   EXPECT_LT(a, b);  // ordered, for a stable order of series creation
+}
+
+// Past the entries it keeps inline, a table keeps every sum, copies and moves whole, and
+// erasing from the middle keeps the rest in order.
+TEST(LabelTableTest, GrowsPastItsInlineEntries) {
+  LabelTable<double, 2> table;
+  for (uint32_t i = 0; i < 9; ++i) {
+    table[{{i}}] += i;
+    table[{{i % 3}}] += 1;
+  }
+  ASSERT_EQ(table.size(), 9u);
+  EXPECT_DOUBLE_EQ(*table.Find({{0}}), 3);
+  EXPECT_DOUBLE_EQ(*table.Find({{2}}), 5);
+  EXPECT_DOUBLE_EQ(*table.Find({{8}}), 8);
+  const LabelTable<double, 2> copy = table;
+  table.EraseIf([](const LabelKey& key, double) { return key[0] % 2 == 1; });
+  std::vector<uint32_t> left;
+  for (const auto& [key, value] : table) {
+    left.push_back(key[0]);
+  }
+  EXPECT_EQ(left, (std::vector<uint32_t>{0, 2, 4, 6, 8}));
+  EXPECT_EQ(copy.size(), 9u);
+  LabelTable<double, 2> moved = std::move(table);
+  EXPECT_EQ(moved.size(), 5u);
+  EXPECT_DOUBLE_EQ(*moved.Find({{4}}), 4);
 }
 
 }  // namespace
