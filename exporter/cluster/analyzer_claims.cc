@@ -247,8 +247,8 @@ void Analyzer::RefreshClaimState(Claim& claim) {
     LeavePending(claim);
   }
   // allocated_not_running follows the state of the claims holding a device.
-  for (const auto& [device, cls] : claim.devices) {
-    if (const Device* d = state_.FindDevice(device); d != nullptr) {
+  for (const Device* d : claim.device_records) {
+    if (d != nullptr) {
       MarkGpuDirty(*d);
     }
   }

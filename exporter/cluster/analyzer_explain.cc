@@ -272,8 +272,8 @@ std::pair<double, double> Analyzer::CurrentSpend(const Claim& claim, absl::Time 
   }
   // The GPUs it holds (part of), each once, by node and place on the node.
   std::map<std::pair<std::string, uint32_t>, const Device*> gpus_held;
-  for (const auto& [key, cls] : claim.devices) {
-    if (const Device* d = state_.FindDevice(key); d != nullptr) {
+  for (const Device* d : claim.device_records) {
+    if (d != nullptr) {
       gpus_held.emplace(std::make_pair(d->node, d->gpu_first), d);
     }
   }

@@ -77,6 +77,7 @@ Device& ClusterState::AddDevice(std::unique_ptr<Device> device) {
   }
   auto held = allocations_.find(d.key);
   d.holders = held == allocations_.end() ? nullptr : &held->second;
+  LinkRecords(d, &d);
   const absl::string_view view = d.key;  // the map's key lives in the device it holds
   devices_.emplace(view, std::move(device));
   return d;
@@ -88,6 +89,7 @@ void ClusterState::RemoveDevice(absl::string_view key) {
     return;
   }
   Device& d = *it->second;
+  LinkRecords(d, nullptr);
   if (auto devs = node_devices_.find(d.node); devs != node_devices_.end()) {
     std::erase(devs->second, &d);
     if (devs->second.empty()) {
@@ -108,6 +110,19 @@ void ClusterState::RemoveDevice(absl::string_view key) {
     }
   }
   devices_.erase(it);
+}
+
+void ClusterState::LinkRecords(const Device& device, Device* record) {
+  if (device.holders == nullptr) {
+    return;
+  }
+  for (const auto& [claim, consumed] : *device.holders) {
+    for (size_t i = 0; i < claim->devices.size(); ++i) {
+      if (claim->devices[i].first == device.key) {
+        claim->device_records[i] = record;
+      }
+    }
+  }
 }
 
 const std::vector<Device*>& ClusterState::DevicesOn(const std::string& node) const {
@@ -277,6 +292,9 @@ const ClusterState::Holders* ClusterState::HoldersOf(const Device& device) {
 std::set<ClusterState::Key> ClusterState::SetAllocations(
     Claim& claim, std::vector<std::pair<Key, std::string>> devices,
     std::map<Key, std::map<std::string, double>> consumed) {
+  for (const auto& [device, cls] : devices) {
+    consumed.try_emplace(device);  // every device held has a holders entry, which names the claim
+  }
   if (devices == claim.devices) {
     bool same = true;
     for (const auto& [device, capacity] : consumed) {
@@ -325,10 +343,11 @@ std::set<ClusterState::Key> ClusterState::SetAllocations(
     }
     touched.insert(device);
   }
-  for (const auto& [device, cls] : devices) {
-    touched.insert(device);  // held without a capacity entry: its record changed all the same
-  }
   claim.devices = std::move(devices);
+  claim.device_records.clear();
+  for (const auto& [device, cls] : claim.devices) {
+    claim.device_records.push_back(FindDevice(device));
+  }
   return touched;
 }
 

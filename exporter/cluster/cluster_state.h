@@ -6,7 +6,8 @@
 // reserved pod exists and runs. Beside them it keeps the indexes that relate them:
 //   devices by key, by node and by the slice that published them;
 //   a counter set's consumers, whichever slice of the pool publishes the set or the device;
-//   a device's holders, in claim key order, with what each consumes;
+//   a device's holders, in claim key order, with what each consumes, and a claim's pointers
+//   to the records of the devices it holds;
 //   a pod's reserving claims, and a record for a pod a claim names before the pod arrives.
 // It answers what follows from the objects alone: whether a device is allocated, blocked by
 // its shared counters or on a node that is down, how much of a counter is left, and what share
@@ -147,7 +148,12 @@ struct Claim {
   std::vector<std::shared_ptr<Request>> requests;
   // Set through ClusterState::SetAllocations and SetReservations, which keep the indexes.
   std::vector<std::pair<std::string, std::string>> devices;  // device key, class of its request
-  std::vector<std::string> reserved_pods;                    // "ns/name"
+  // The records of `devices`, in the same order; null for a device not published. Kept by the
+  // store as devices come and go (a device's holders name the claims to update), so that a
+  // change of the claim's state reaches its devices without a lookup by key: at fleet scale
+  // that lookup is a hash of the key and a chain of cache misses before the record's own.
+  std::vector<Device*> device_records;
+  std::vector<std::string> reserved_pods;  // "ns/name"
   bool allocated = false;
   std::optional<absl::Time> allocation_time;
   // The class its devices were allocated for, when they all were for one (the usual case), and
@@ -265,9 +271,9 @@ class ClusterState {
   // The same for a device in the store, without a lookup.
   static const Holders* HoldersOf(const Device& device);
   // Sets what a claim holds: (device key, class of its request) and the capacity it consumes
-  // of each device. Returns the devices whose holders changed (before or after), in key
-  // order; none only when the claim held exactly this already, and then `claim.devices` is
-  // unchanged.
+  // of each device (none for a device `consumed` lacks). Returns the devices whose holders changed
+  // (before or after), in key order; none only when the claim held exactly this already, and then
+  // `claim.devices` is unchanged.
   std::set<Key> SetAllocations(Claim& claim, std::vector<std::pair<Key, std::string>> devices,
                                std::map<Key, std::map<std::string, double>> consumed);
   // Held by a claim; with allowMultipleAllocations, only once a consumed capacity reaches what
@@ -293,6 +299,9 @@ class ClusterState {
   size_t pod_records() const { return pods_.size(); }
 
  private:
+  // Points the records of the claims that hold `device` (Claim::device_records) at `record`.
+  static void LinkRecords(const Device& device, Device* record);
+
   struct Pod {
     bool exists = false;   // in the Pod cache
     bool running = false;  // phase Running

@@ -354,8 +354,12 @@ TEST(ClusterStateTest, IndexesAgreeWithTheRecordsUnderRandomChanges) {
       // holders == the claims' own devices, and a counter set's consumers and use
       std::map<std::string, std::set<std::string>> holders;
       for (Claim* claim : claims) {
-        for (const auto& [device, cls] : claim->devices) {
+        ASSERT_EQ(claim->device_records.size(), claim->devices.size()) << claim->key;
+        for (size_t i = 0; i < claim->devices.size(); ++i) {
+          const std::string& device = claim->devices[i].first;
           holders[device].insert(claim->key);
+          // A claim reaches the record of each device it holds, null while it is withdrawn.
+          ASSERT_EQ(claim->device_records[i], state.FindDevice(device)) << claim->key << device;
         }
       }
       for (int s = 0; s < kSets; ++s) {
