@@ -276,12 +276,12 @@ class Analyzer {
   void MoveFree(LeafCounts& leaf, const std::string& node, int delta)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a node's free_while_pending attribution can move when `shape`'s longest-pending
-  // claim goes from `from` to `to`. A node's attribution is the class of the
-  // longest-pending claim among the shapes its free devices fit (TallyGpu): it moves only when
-  // the two classes differ, or another shape's longest-pending claim lies between the two with
-  // another class. Otherwise the shape's nodes need no recompute, which a scheduler serving
-  // claims oldest first would otherwise cause on every allocation, for every node with a free
-  // device of the shape: O(nodes) per event (cluster_bench BM_AllocateOldestPending).
+  // claim goes from `from` to `to`. A node's attribution is the class of the longest-pending
+  // claim among the shapes its free devices fit (TallyGpu): it moves only when the two classes
+  // differ, or another shape's longest-pending claim lies between the two with another class.
+  // Otherwise the shape's nodes need no recompute, which a scheduler serving claims oldest first
+  // would otherwise cause on every allocation, for every node with a free device of the shape:
+  // O(nodes) per event (cluster_bench BM_AllocateOldestPending).
   bool AttributionMayMove(const PendingShape& shape, const PendingAge& from, const PendingAge& to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks dirty the nodes with free devices that fit `request` (any of its alternatives).

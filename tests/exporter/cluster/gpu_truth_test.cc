@@ -864,50 +864,48 @@ TEST_F(FedAnalyzerTest, FreeWhilePendingFollowsTheLongestPendingClaimAcrossShape
   AddClass("gpu", Attr("type") + " == 'gpu'");
   AddClass("big", Attr("type") + " == 'gpu'");
   AddNode("a", testing::WholeGpus("a", 2));
-  k8s::InformerHandlers& claims = claims_;
   auto claim = [](const std::string& name, const std::string& cls, int minute) {
     json c = testing::Claim("team", name, cls);
     c["metadata"]["uid"] = "uid-" + name;
     c["metadata"]["creationTimestamp"] = absl::StrCat("2026-11-25T10:", 20 + minute, ":00Z");
     return c;
   };
-  auto stranded = [&](const std::string& cls) { return FreeWhilePending(cls); };
-  claims.on_add(claim("x1", "gpu", 1));
-  claims.on_add(claim("y1", "big", 2));
-  claims.on_add(claim("x2", "gpu", 3));
+  claims_.on_add(claim("x1", "gpu", 1));
+  claims_.on_add(claim("y1", "big", 2));
+  claims_.on_add(claim("x2", "gpu", 3));
   analyzer_.SetNodesSynced();
-  EXPECT_DOUBLE_EQ(stranded("gpu"), 2);  // x1 pends longest
-  EXPECT_DOUBLE_EQ(stranded("big"), 0);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("gpu"), 2);  // x1 pends longest
+  EXPECT_DOUBLE_EQ(FreeWhilePending("big"), 0);
 
   // x1 is allocated gpu-0: its shape's longest-pending claim is now x2, of the same class, but
   // y1 (big) pends longer than x2. The free gpu-1 moves to big.
   json x1 = claim("x1", "gpu", 1);
   x1["status"]["allocation"]["devices"]["results"] =
       json::array({{{"request", "req"}, {"driver", kDriver}, {"pool", "a"}, {"device", "gpu-0"}}});
-  claims.on_update(claim("x1", "gpu", 1), x1);
-  EXPECT_DOUBLE_EQ(stranded("big"), 1);
-  EXPECT_DOUBLE_EQ(stranded("gpu"), 0);
+  claims_.on_update(claim("x1", "gpu", 1), x1);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("big"), 1);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("gpu"), 0);
 
   // y1 goes: x2 is the longest-pending claim.
-  claims.on_delete(claim("y1", "big", 2));
-  EXPECT_DOUBLE_EQ(stranded("gpu"), 1);
-  EXPECT_DOUBLE_EQ(stranded("big"), 0);
+  claims_.on_delete(claim("y1", "big", 2));
+  EXPECT_DOUBLE_EQ(FreeWhilePending("gpu"), 1);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("big"), 0);
 
   // y0 (big) pends longer than x2: the class moves back to big.
-  claims.on_add(claim("y0", "big", -1));
-  EXPECT_DOUBLE_EQ(stranded("big"), 1);
-  EXPECT_DOUBLE_EQ(stranded("gpu"), 0);
+  claims_.on_add(claim("y0", "big", -1));
+  EXPECT_DOUBLE_EQ(FreeWhilePending("big"), 1);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("gpu"), 0);
 
   // x0 (gpu) pends longer than y0: gpu again, though x2 (gpu) was its shape's first already.
-  claims.on_add(claim("x0", "gpu", -2));
-  EXPECT_DOUBLE_EQ(stranded("gpu"), 1);
-  EXPECT_DOUBLE_EQ(stranded("big"), 0);
+  claims_.on_add(claim("x0", "gpu", -2));
+  EXPECT_DOUBLE_EQ(FreeWhilePending("gpu"), 1);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("big"), 0);
 
   // y0 goes, then x4 (gpu) becomes its shape's first with nothing in between: still gpu.
-  claims.on_delete(claim("y0", "big", -1));
-  claims.on_add(claim("x4", "gpu", -3));
-  EXPECT_DOUBLE_EQ(stranded("gpu"), 1);
-  EXPECT_DOUBLE_EQ(stranded("big"), 0);
+  claims_.on_delete(claim("y0", "big", -1));
+  claims_.on_add(claim("x4", "gpu", -3));
+  EXPECT_DOUBLE_EQ(FreeWhilePending("gpu"), 1);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("big"), 0);
 }
 
 // A request shape orders its pending claims by creation time, then by key: claims created in
@@ -915,7 +913,6 @@ TEST_F(FedAnalyzerTest, FreeWhilePendingFollowsTheLongestPendingClaimAcrossShape
 TEST_F(FedAnalyzerTest, ClaimsCreatedInTheSameInstantEachFollowTheirShape) {
   AddClass("gpu", Attr("type") + " == 'gpu'");
   AddNode("a", testing::WholeGpus("a", 1));
-  k8s::InformerHandlers& claims = claims_;
   auto claim = [](const std::string& name) {
     json c = testing::Claim("team", name, "gpu");
     c["metadata"]["uid"] = "uid-" + name;
@@ -924,19 +921,19 @@ TEST_F(FedAnalyzerTest, ClaimsCreatedInTheSameInstantEachFollowTheirShape) {
   };
   analyzer_.SetNodesSynced();
   for (const char* name : {"x3", "x1", "x2"}) {
-    claims.on_add(claim(name));
+    claims_.on_add(claim(name));
   }
   for (const char* key : {"team/x1", "team/x2", "team/x3"}) {
     EXPECT_EQ(analyzer_.PendingReasonOf(key), PendingReason::kWaitingForPod) << key;
   }
   // The only GPU is taken: every one of them now lacks capacity.
-  claims.on_add(testing::Holding("holder", {"gpu-0"}));
+  claims_.on_add(testing::Holding("holder", {"gpu-0"}));
   for (const char* key : {"team/x1", "team/x2", "team/x3"}) {
     EXPECT_EQ(analyzer_.PendingReasonOf(key), PendingReason::kNoCapacity) << key;
   }
   // One of them goes; the others stay in their shape and follow the GPU when it is free again.
-  claims.on_delete(claim("x2"));
-  claims.on_delete(testing::Holding("holder", {"gpu-0"}));
+  claims_.on_delete(claim("x2"));
+  claims_.on_delete(testing::Holding("holder", {"gpu-0"}));
   EXPECT_FALSE(analyzer_.PendingReasonOf("team/x2").has_value());
   for (const char* key : {"team/x1", "team/x3"}) {
     EXPECT_EQ(analyzer_.PendingReasonOf(key), PendingReason::kWaitingForPod) << key;
@@ -955,7 +952,6 @@ TEST_F(FedAnalyzerTest, FreeWhilePendingFollowsAClassChangeWithinOneShape) {
   std::vector<testing::DeviceSpec> big = testing::WholeGpus("b", 1);
   big[0].product = "B200";
   AddNode("b", big);
-  k8s::InformerHandlers& claims = claims_;
   // m: a "big" request, then a "gpu" one: class big, and pending in the gpu shape too.
   json m = testing::Claim("team", "m", "big");
   m["metadata"]["uid"] = "uid-m";
@@ -965,17 +961,15 @@ TEST_F(FedAnalyzerTest, FreeWhilePendingFollowsAClassChangeWithinOneShape) {
   json x = testing::Claim("team", "x", "gpu");
   x["metadata"]["uid"] = "uid-x";
   x["metadata"]["creationTimestamp"] = "2026-11-25T10:21:00Z";
-  claims.on_add(m);
-  claims.on_add(x);
+  claims_.on_add(m);
+  claims_.on_add(x);
   analyzer_.SetNodesSynced();
-  auto stranded = [&](const std::string& node, const std::string& cls) {
-    return FreeWhilePending(cls, node);
-  };
-  EXPECT_DOUBLE_EQ(stranded("a", "big"), 1);  // m pends longest, and node a's GPU fits its request
-  EXPECT_DOUBLE_EQ(stranded("a", "gpu"), 0);
-  claims.on_delete(m);
-  EXPECT_DOUBLE_EQ(stranded("a", "gpu"), 1);  // x now
-  EXPECT_DOUBLE_EQ(stranded("a", "big"), 0);
+  // m pends longest, and node a's GPU fits its request.
+  EXPECT_DOUBLE_EQ(FreeWhilePending("big", "a"), 1);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("gpu", "a"), 0);
+  claims_.on_delete(m);
+  EXPECT_DOUBLE_EQ(FreeWhilePending("gpu", "a"), 1);  // x now
+  EXPECT_DOUBLE_EQ(FreeWhilePending("big", "a"), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(RandomClusters, GpuTruthTest, ::testing::Range(1u, 61u));
