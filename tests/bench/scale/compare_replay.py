@@ -52,9 +52,10 @@ def main():
         parser.error("--rounds must be more than --warmup-rounds")
 
     # figures[binary][size] = list of (apply, kinds)
-    figures = {b: {} for b in args.binaries}
+    # By position, so that a binary given twice (noise against itself) keeps two sets of figures.
+    figures = [{} for _ in args.binaries]
     for run in range(args.runs):
-        for binary in args.binaries:
+        for i, binary in enumerate(args.binaries):
             cmd = [binary, f"--sizes={args.sizes}", f"--rounds={args.rounds}"] + extra
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
@@ -63,24 +64,25 @@ def main():
             got = 0
             for size, rnd, apply, kinds in parse(done.stdout + done.stderr):
                 if rnd > args.warmup_rounds:
-                    figures[binary].setdefault(size, []).append((apply, kinds))
+                    figures[i].setdefault(size, []).append((apply, kinds))
                     got += 1
             if got == 0:
                 sys.stderr.write(done.stdout + done.stderr)
                 sys.exit(f"{' '.join(cmd)} printed no round figures")
             print(f"run {run + 1}/{args.runs}: {binary} done", file=sys.stderr, flush=True)
 
-    # Binaries by file name, unless two share one.
+    # Binaries by file name, unless two share one: then by position and path.
     base = [os.path.basename(b) for b in args.binaries]
-    names = {b: n if base.count(n) == 1 else b for b, n in zip(args.binaries, base)}
-    kinds = sorted({k for per_size in figures.values() for rows in per_size.values()
+    names = [n if base.count(n) == 1 else f"{i + 1}: {b}"
+             for i, (b, n) in enumerate(zip(args.binaries, base))]
+    kinds = sorted({k for per_size in figures for rows in per_size.values()
                     for _, ks in rows for k in ks})
     print("| binary | claims | rounds | apply min | apply median | apply max | "
           + " | ".join(f"{k} median" for k in kinds) + " |")
     print("|---|---|---|---|---|---|" + "---|" * len(kinds))
-    for size in sorted({s for per_size in figures.values() for s in per_size}):
-        for binary in args.binaries:
-            rows = figures[binary].get(size, [])
+    for size in sorted({s for per_size in figures for s in per_size}):
+        for i, name in enumerate(names):
+            rows = figures[i].get(size, [])
             if not rows:
                 continue
             applies = [a for a, _ in rows]
@@ -88,7 +90,7 @@ def main():
             for k in kinds:
                 values = [ks[k] for _, ks in rows if k in ks]
                 by_kind.append(f"{statistics.median(values):.2f}" if values else "-")
-            print(f"| {names[binary]} | {size} | {len(rows)} | {min(applies):.2f} | "
+            print(f"| {name} | {size} | {len(rows)} | {min(applies):.2f} | "
                   f"{statistics.median(applies):.2f} | {max(applies):.2f} | "
                   + " | ".join(by_kind) + " |")
 
