@@ -200,14 +200,15 @@ class Analyzer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnclassifyDevice(Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RequestFits(const Request& request, Device& device) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A device of a slice being published: decoded, or held as it is (`held`: its key).
+  // A device of a slice being published: decoded, or held as it is (`held`: its place among the
+  // devices the slice published last time; -1 for none).
   struct PublishedDevice {
     uint64_t digest = 0;
     const model::SliceDevice* decoded = nullptr;
-    std::string held = {};
+    int32_t held = -1;
   };
-  // `devices`: one per digest, held (its key) where slice `name` already publishes a device of
-  // that digest, else to be decoded.
+  // `devices`: one per digest, held where slice `name` already publishes a device of that digest
+  // (each place once), else to be decoded.
   void MatchHeld(const std::string& name, absl::Span<const uint64_t> digests,
                  std::vector<PublishedDevice>& devices) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A device republished with other taints and nothing else changed: takes them in place.
@@ -233,10 +234,11 @@ class Analyzer {
   void UpsertSliceLocked(const model::ResourceSlice& slice,
                          const std::vector<PublishedDevice>& devices)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes a slice's devices (but those in `keep`) and counter sets; adds the nodes they were
-  // on to `touched`.
+  // Removes a slice's devices (but those in `keep`, and those at the places `held` marks, whose
+  // keys it does not read) and counter sets; adds the nodes they were on to `touched`.
   void RemoveSliceLocked(const std::string& name, std::set<std::string>& touched,
-                         const std::set<std::string>& keep = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         const std::set<std::string>& keep = {}, const std::vector<bool>& held = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a device out of the derived indexes and counts, then out of the store.
   void RemoveDevice(Device& device, std::set<std::string>& touched)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

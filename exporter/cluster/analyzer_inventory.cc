@@ -16,12 +16,16 @@ namespace dralens::exporter::cluster {
 // --- slices, classes, nodes ------------------------------------------------------------------
 
 void Analyzer::RemoveSliceLocked(const std::string& name, std::set<std::string>& touched,
-                                 const std::set<Key>& keep) {
+                                 const std::set<Key>& keep, const std::vector<bool>& held) {
   const ClusterState::Slice* slice = state_.FindSlice(name);
   if (slice == nullptr) {
     return;
   }
-  for (const Key& key : slice->devices) {
+  for (size_t i = 0; i < slice->devices.size(); ++i) {
+    if (i < held.size() && held[i]) {
+      continue;  // kept by its digest: its key is not even read
+    }
+    const Key& key = slice->devices[i];
     if (keep.contains(key)) {
       continue;  // before the lookup: a republish keeps most devices, each lookup a cache miss
     }
@@ -64,11 +68,11 @@ void Analyzer::MatchHeld(const std::string& name, absl::Span<const uint64_t> dig
                          std::vector<PublishedDevice>& devices) {
   // The devices this slice published last time, by digest (no device lookups: a republish of
   // eight devices cost eight cache misses here at 100k).
-  absl::flat_hash_map<uint64_t, const Key*> held;
+  absl::flat_hash_map<uint64_t, int32_t> held;
   if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
     for (size_t i = 0; i < old->devices.size() && i < old->digests.size(); ++i) {
       if (old->digests[i] != 0) {
-        held.emplace(old->digests[i], &old->devices[i]);
+        held.emplace(old->digests[i], static_cast<int32_t>(i));
       }
     }
   }
@@ -76,7 +80,7 @@ void Analyzer::MatchHeld(const std::string& name, absl::Span<const uint64_t> dig
   for (size_t i = 0; i < digests.size(); ++i) {
     devices[i].digest = digests[i];
     if (auto h = held.find(digests[i]); digests[i] != 0 && h != held.end()) {
-      devices[i].held = *h->second;
+      devices[i].held = h->second;
       held.erase(h);  // the same text twice in one slice: the second one is decoded
     }
   }
@@ -93,7 +97,7 @@ absl::Status Analyzer::UpsertSlice(
   // A deque: the records point into it as it grows (a taint decodes one device of eight).
   std::deque<model::SliceDevice> decoded;
   for (size_t i = 0; i < devices.size(); ++i) {
-    if (!devices[i].held.empty()) {
+    if (devices[i].held >= 0) {
       continue;
     }
     absl::StatusOr<model::SliceDevice> device = decode(i);
@@ -118,11 +122,17 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
   // decoded; a decoded one is compared with the record. A changed device whose attributes and
   // capacity are the same keeps its cached selector verdicts (taints are not what selectors
   // read).
+  //
+  // A device held by its digest is known by its place in the slice as published before, and
+  // its key moves from there to the slice as published now: neither its key nor its record is
+  // read (at fleet scale each is a cache miss, and a taint holds seven devices of eight).
+  ClusterState::Slice* old = state_.FindSlice(name);
+  std::vector<bool> held(old != nullptr ? old->devices.size() : 0);
   std::unordered_map<Key, const model::SliceDevice*> incoming;
-  std::set<Key> unchanged;
+  std::set<Key> unchanged;  // decoded, and the same as the record
   for (const PublishedDevice& p : devices) {
-    if (!p.held.empty()) {
-      unchanged.insert(p.held);
+    if (p.held >= 0) {
+      held.at(p.held) = true;  // MatchHeld placed it in this slice, under the same lock
     } else {
       incoming[DeviceKey(spec.driver, spec.pool.name, p.decoded->name)] = p.decoded;
     }
@@ -134,13 +144,20 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
   std::vector<std::pair<Device*, const model::SliceDevice*>> retainted;
   size_t published_before = 0;
   bool had_counter_sets = false;
-  if (const ClusterState::Slice* old = state_.FindSlice(name); old != nullptr) {
+  // The held devices' keys, by their places.
+  std::vector<Key> held_keys(held.size());
+  if (old != nullptr) {
     published_before = old->devices.size();
     had_counter_sets = !old->counter_sets.empty();
-    for (const Key& key : old->devices) {
+    for (size_t i = 0; i < old->devices.size(); ++i) {
+      if (held[i]) {
+        held_keys[i] = std::move(old->devices[i]);  // the slice is replaced below
+        continue;
+      }
+      const Key& key = old->devices[i];
       auto now = incoming.find(key);
       if (now == incoming.end()) {
-        continue;  // held by its digest, or gone: no lookup (a cache miss each at 100k)
+        continue;  // gone: no lookup (a cache miss each at 100k)
       }
       Device* device = state_.FindDevice(key);
       if (device == nullptr || device->slice != name) {
@@ -174,7 +191,8 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
     }
   }
   std::set<std::string> touched;
-  RemoveSliceLocked(name, touched, unchanged);
+  RemoveSliceLocked(name, touched, unchanged, held);
+  old = nullptr;          // erased
   std::vector<Key> keys;  // every device of the slice, in its order
   std::vector<uint64_t> digests;
   std::vector<Device*> changed;  // the ones that (re)entered the indexes now
@@ -193,8 +211,8 @@ void Analyzer::UpsertSliceLocked(const model::ResourceSlice& slice,
   }
   for (const PublishedDevice& p : devices) {
     digests.push_back(p.digest);
-    if (!p.held.empty()) {
-      keys.push_back(p.held);
+    if (p.held >= 0) {
+      keys.push_back(std::move(held_keys[p.held]));
       continue;
     }
     const model::SliceDevice& sd = *p.decoded;

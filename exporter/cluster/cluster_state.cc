@@ -198,6 +198,11 @@ const ClusterState::Slice* ClusterState::FindSlice(const std::string& name) cons
   return it == slices_.end() ? nullptr : &it->second;
 }
 
+ClusterState::Slice* ClusterState::FindSlice(const std::string& name) {
+  auto it = slices_.find(name);
+  return it == slices_.end() ? nullptr : &it->second;
+}
+
 void ClusterState::SetSlice(const std::string& name, Slice slice) {
   slices_[name] = std::move(slice);
 }

@@ -239,6 +239,7 @@ class ClusterState {
 
   // --- slices ---
   const Slice* FindSlice(const std::string& name) const;
+  Slice* FindSlice(const std::string& name);
   void SetSlice(const std::string& name, Slice slice);
   void EraseSlice(const std::string& name);
   // Slice `name` no longer holds device `key` under its digest (another slice took it over).

@@ -157,6 +157,33 @@ TEST_F(FeedTest, ARepublishedSliceDecodesOnlyTheDevicesWhoseDigestChanged) {
   EXPECT_EQ(decoded, (std::vector<size_t>{0, 1, 2}));
 }
 
+// A device held by its digest keeps its key from one republish to the next: a slice republished
+// twice, with one device changed each time, still takes all of its devices when it goes.
+TEST_F(FeedTest, DevicesHeldByTheirDigestsLeaveWithTheirSlice) {
+  const json whole = testing::Slice("node-a", testing::WholeGpus("node-a", 3));
+  absl::StatusOr<model::ResourceSlice> full = model::Decode<model::ResourceSlice>(whole);
+  ASSERT_TRUE(full.ok()) << full.status();
+  model::ResourceSlice head = *full;
+  head.spec.devices.clear();
+  auto decode = [&](size_t i) -> absl::StatusOr<model::SliceDevice> {
+    return full->spec.devices.at(i);
+  };
+  ASSERT_TRUE(analyzer_.UpsertSlice(head, {11, 12, 13}, decode).ok());
+  // gpu-1 tainted, then untainted: gpu-0 and gpu-2 are held by their digests both times.
+  full->spec.devices[1].taints.push_back(
+      {.key = "dralens.dev/xid", .value = "", .effect = "NoSchedule", .time_added = {}});
+  ASSERT_TRUE(analyzer_.UpsertSlice(head, {11, 22, 13}, decode).ok());
+  full->spec.devices[1].taints.clear();
+  ASSERT_TRUE(analyzer_.UpsertSlice(head, {11, 12, 13}, decode).ok());
+  EXPECT_EQ(Gpus(registry_, analyzer_, "free"), 3);
+  EXPECT_EQ(Gpus(registry_, analyzer_, "unavailable"), 0);
+
+  analyzer_.DeleteSlice(head.metadata.name);
+  // The node's series go with its last device (testing::Value: -1 for no series).
+  EXPECT_EQ(Gpus(registry_, analyzer_, "free"), -1) << "a held device outlived its slice";
+  EXPECT_EQ(Gpus(registry_, analyzer_, "unavailable"), -1);
+}
+
 // A device that another slice of its pool took over is no longer held by its first slice's
 // digest: when that slice publishes it again, unchanged, it is decoded and counts as published
 // there again (the last publisher wins, as for any device).
