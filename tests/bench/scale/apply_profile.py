@@ -21,6 +21,8 @@ import collections
 import re
 import sys
 
+import compare_replay  # its parser of replay_bench's round lines
+
 KINDS = ["allocate", "pod_start", "pod_stop", "release", "pod_delete", "pod_add", "taint"]
 WRAPPER = re.compile(r"(Role::|std::_Function_handler<>|std::function<>|anon::Apply<>)")
 KIND_FRAME = re.compile(r"ApplyKind<\(dralens::bench::scale::EventKind\)(\d+)>")
@@ -29,13 +31,12 @@ KIND_FRAME = re.compile(r"ApplyKind<\(dralens::bench::scale::EventKind\)(\d+)>")
 def kind_us(log_path):
     """Mean apply per event by kind over the rounds after the first, from replay_bench's log."""
     sums, counts = collections.Counter(), collections.Counter()
-    for line in open(log_path, encoding="utf-8"):
-        if "apply by kind:" not in line or " round 1:" in line:
-            continue
-        for kind in KINDS:
-            m = re.search(r" %s ([\d.]+)" % kind, line.split("apply by kind:", 1)[1])
-            if m:
-                sums[kind] += float(m.group(1))
+    with open(log_path, encoding="utf-8") as log:
+        for _, round_number, _, kinds in compare_replay.parse(log.read()):
+            if round_number == 1:
+                continue
+            for kind, us in kinds.items():
+                sums[kind] += us
                 counts[kind] += 1
     return {k: sums[k] / counts[k] for k in counts}
 
