@@ -199,8 +199,7 @@ const ClusterState::Slice* ClusterState::FindSlice(const std::string& name) cons
 }
 
 ClusterState::Slice* ClusterState::FindSlice(const std::string& name) {
-  auto it = slices_.find(name);
-  return it == slices_.end() ? nullptr : &it->second;
+  return const_cast<Slice*>(std::as_const(*this).FindSlice(name));
 }
 
 void ClusterState::SetSlice(const std::string& name, Slice slice) {
