@@ -144,7 +144,8 @@ absl::StatusOr<ListResult> ListAll(KubeClient& client, const ResourceType& type,
 
 absl::StatusOr<nlohmann::json> UpdateWithRetry(
     KubeClient& client, const ResourceType& type, absl::string_view ns, absl::string_view name,
-    const std::function<absl::Status(nlohmann::json&)>& mutate, int max_attempts) {
+    const std::function<absl::Status(nlohmann::json&)>& mutate, int max_attempts,
+    absl::string_view subresource) {
   absl::Status last = absl::AbortedError("UpdateWithRetry: no attempt made");
   for (int attempt = 0; attempt < std::max(1, max_attempts); ++attempt) {
     absl::StatusOr<nlohmann::json> current = client.Get(type, ns, name);
@@ -156,7 +157,7 @@ absl::StatusOr<nlohmann::json> UpdateWithRetry(
     if (!mutated.ok()) {
       return mutated;
     }
-    absl::StatusOr<nlohmann::json> updated = client.Update(type, ns, object, "");
+    absl::StatusOr<nlohmann::json> updated = client.Update(type, ns, object, subresource);
     if (updated.ok() || !IsConflict(updated.status())) {
       return updated;
     }

@@ -176,12 +176,13 @@ absl::StatusOr<std::string> ListPaged(KubeClient& client, const ResourceType& ty
 absl::StatusOr<ListResult> ListAll(KubeClient& client, const ResourceType& type,
                                    absl::string_view ns, ListOptions options);
 
-// GET, apply `mutate` to the object, PUT; on 409 Conflict re-GET and retry, up to
-// `max_attempts` PUTs. `mutate` may return a non-OK status to abort (returned as is).
-// Returns the stored object.
+// GET, apply `mutate` to the object, PUT (to `subresource`, e.g. "status", when not empty);
+// on 409 Conflict re-GET and retry, up to `max_attempts` PUTs. `mutate` may return a non-OK
+// status to abort (returned as is). Returns the stored object.
 absl::StatusOr<nlohmann::json> UpdateWithRetry(
     KubeClient& client, const ResourceType& type, absl::string_view ns, absl::string_view name,
-    const std::function<absl::Status(nlohmann::json&)>& mutate, int max_attempts = 5);
+    const std::function<absl::Status(nlohmann::json&)>& mutate, int max_attempts = 5,
+    absl::string_view subresource = "");
 
 // WatchStream: a Watch running on its own thread; Stop() ends it and waits for the thread.
 class WatchStream {

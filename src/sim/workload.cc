@@ -416,9 +416,19 @@ absl::Status Workload::Finish(Tracked& claim, absl::Time now) {
   // Some jobs leave their claim allocated after the pod is gone: stranded capacity until
   // someone deletes it.
   if (std::uniform_real_distribution<double>(0, 1)(run_rng_) < 0.2) {
-    ASSIGN_OR_RETURN(json object, client_.Get(k8s::kResourceClaims, claim.ns, claim.name));
-    object["status"].erase("reservedFor");
-    RETURN_IF_ERROR(client_.Update(k8s::kResourceClaims, claim.ns, object, "status").status());
+    // The node plugin clears its status.devices entries after the unprepare above, from its
+    // own thread: a conflict with that write reads the claim again instead of failing the step.
+    RETURN_IF_ERROR(k8s::UpdateWithRetry(
+                        client_, k8s::kResourceClaims, claim.ns, claim.name,
+                        [](json& object) {
+                          if (auto status = object.find("status");
+                              status != object.end() && status->is_object()) {
+                            status->erase("reservedFor");
+                          }
+                          return absl::OkStatus();
+                        },
+                        /*max_attempts=*/5, "status")
+                        .status());
     claim.state = State::kLingering;
     claim.until = now + 2 * options_.mean_pod_duration;
     return absl::OkStatus();
@@ -474,6 +484,10 @@ absl::Status Workload::Step() {
       }
     }
     if (!s.ok()) {
+      {
+        absl::MutexLock lock(&stats_mu_);
+        ++stats_.finish_errors;
+      }
       DLOG(kWarn, kComponent, "finishing a claim failed; retrying next step",
            {{"claim", claim.name}, {"error", s.message()}});
     }

@@ -119,6 +119,7 @@ class Workload {
     int prepare_errors = 0;
     int unprepared = 0;
     int unprepare_errors = 0;  // failed NodeUnprepareResources calls (retried next step)
+    int finish_errors = 0;     // ends of claims (unprepare, pods, claim) that failed, retried
     int deleted = 0;
     int pending = 0;    // alive, not allocated
     int running = 0;    // allocated with running pods

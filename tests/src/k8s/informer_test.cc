@@ -900,6 +900,51 @@ TEST_F(InformerTest, UpdateWithRetryUnderConcurrentWriters) {
       0);
 }
 
+// The status subresource takes only .status, so a read-modify-write of status must PUT there;
+// concurrent writers still conflict and are retried.
+TEST_F(InformerTest, UpdateWithRetryWritesTheStatusSubresource) {
+  Create("status-counter");
+  auto increment = [](nlohmann::json& node) {
+    nlohmann::json& capacity = node["status"]["capacity"];
+    int value = 0;
+    if (capacity.is_object() && capacity.contains("example.com/count")) {
+      value = std::stoi(capacity["example.com/count"].get<std::string>());
+    }
+    capacity["example.com/count"] = std::to_string(value + 1);
+    node["metadata"]["annotations"]["ignored"] = "by a status write";
+    return absl::OkStatus();
+  };
+  constexpr int kPerWriter = 10;
+  std::vector<std::thread> writers;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < 3; ++w) {
+    writers.emplace_back([&] {
+      for (int i = 0; i < kPerWriter; ++i) {
+        if (!UpdateWithRetry(*client_, kNodes, "", "status-counter", increment, 50, "status")
+                 .ok()) {
+          failures.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : writers) {
+    t.join();
+  }
+  EXPECT_EQ(failures.load(), 0);
+  auto node = client_->Get(kNodes, "", "status-counter");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ((*node)["status"]["capacity"]["example.com/count"], std::to_string(3 * kPerWriter));
+  // Only .status was written: the annotation the mutation also set was not stored.
+  EXPECT_FALSE((*node)["metadata"].contains("annotations") &&
+               (*node)["metadata"]["annotations"].contains("ignored"));
+  // Through the main resource the same mutation stores the annotation and not the status.
+  ASSERT_TRUE(UpdateWithRetry(*client_, kNodes, "", "status-counter", increment).ok());
+  node = client_->Get(kNodes, "", "status-counter");
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ((*node)["status"]["capacity"]["example.com/count"], std::to_string(3 * kPerWriter));
+  EXPECT_EQ((*node)["metadata"]["annotations"]["ignored"], "by a status write");
+}
+
 TEST_F(InformerTest, UpdateWithRetryGivesUpAndPropagatesMutateErrors) {
   Create("x");
   absl::Status status = UpdateWithRetry(*client_, kNodes, "", "x", [](nlohmann::json&) {
