@@ -137,6 +137,37 @@ class InformerTest : public ::testing::Test {
     ASSERT_TRUE(server_->Start().ok());
   }
 
+  // Adds one to the decimal string at counters[key] (absent: 0).
+  static void Increment(nlohmann::json& counters, const std::string& key) {
+    int value = 0;
+    if (counters.is_object() && counters.contains(key)) {
+      value = std::stoi(counters[key].get<std::string>());
+    }
+    counters[key] = std::to_string(value + 1);
+  }
+
+  // Three threads each apply `mutate` to node `name` `per_writer` times through UpdateWithRetry
+  // (PUT to `subresource`); returns how many calls failed.
+  int UpdateFromThreeWriters(const std::string& name,
+                             const std::function<absl::Status(nlohmann::json&)>& mutate,
+                             int per_writer, absl::string_view subresource) {
+    std::vector<std::thread> writers;
+    std::atomic<int> failures{0};
+    for (int w = 0; w < 3; ++w) {
+      writers.emplace_back([&] {
+        for (int i = 0; i < per_writer; ++i) {
+          if (!UpdateWithRetry(*client_, kNodes, "", name, mutate, 50, subresource).ok()) {
+            failures.fetch_add(1);
+          }
+        }
+      });
+    }
+    for (std::thread& t : writers) {
+      t.join();
+    }
+    return failures.load();
+  }
+
   std::unique_ptr<RestClient> NewClient() {
     RestConfig config;
     config.server = server_->url();
@@ -867,30 +898,11 @@ TEST_F(InformerTest, VerbsAgainstRealServer) {
 TEST_F(InformerTest, UpdateWithRetryUnderConcurrentWriters) {
   Create("counter");
   auto increment = [](nlohmann::json& node) {
-    auto& annotations = node["metadata"]["annotations"];
-    int value = 0;
-    if (annotations.is_object() && annotations.contains("count")) {
-      value = std::stoi(annotations["count"].get<std::string>());
-    }
-    annotations["count"] = std::to_string(value + 1);
+    Increment(node["metadata"]["annotations"], "count");
     return absl::OkStatus();
   };
   constexpr int kPerWriter = 15;
-  std::vector<std::thread> writers;
-  std::atomic<int> failures{0};
-  for (int w = 0; w < 3; ++w) {
-    writers.emplace_back([&] {
-      for (int i = 0; i < kPerWriter; ++i) {
-        if (!UpdateWithRetry(*client_, kNodes, "", "counter", increment, 50).ok()) {
-          failures.fetch_add(1);
-        }
-      }
-    });
-  }
-  for (std::thread& t : writers) {
-    t.join();
-  }
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(UpdateFromThreeWriters("counter", increment, kPerWriter, ""), 0);
   auto node = client_->Get(kNodes, "", "counter");
   ASSERT_TRUE(node.ok());
   EXPECT_EQ((*node)["metadata"]["annotations"]["count"], std::to_string(3 * kPerWriter));
@@ -905,32 +917,12 @@ TEST_F(InformerTest, UpdateWithRetryUnderConcurrentWriters) {
 TEST_F(InformerTest, UpdateWithRetryWritesTheStatusSubresource) {
   Create("status-counter");
   auto increment = [](nlohmann::json& node) {
-    nlohmann::json& capacity = node["status"]["capacity"];
-    int value = 0;
-    if (capacity.is_object() && capacity.contains("example.com/count")) {
-      value = std::stoi(capacity["example.com/count"].get<std::string>());
-    }
-    capacity["example.com/count"] = std::to_string(value + 1);
+    Increment(node["status"]["capacity"], "example.com/count");
     node["metadata"]["annotations"]["ignored"] = "by a status write";
     return absl::OkStatus();
   };
   constexpr int kPerWriter = 10;
-  std::vector<std::thread> writers;
-  std::atomic<int> failures{0};
-  for (int w = 0; w < 3; ++w) {
-    writers.emplace_back([&] {
-      for (int i = 0; i < kPerWriter; ++i) {
-        if (!UpdateWithRetry(*client_, kNodes, "", "status-counter", increment, 50, "status")
-                 .ok()) {
-          failures.fetch_add(1);
-        }
-      }
-    });
-  }
-  for (std::thread& t : writers) {
-    t.join();
-  }
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(UpdateFromThreeWriters("status-counter", increment, kPerWriter, "status"), 0);
   auto node = client_->Get(kNodes, "", "status-counter");
   ASSERT_TRUE(node.ok());
   EXPECT_EQ((*node)["status"]["capacity"]["example.com/count"], std::to_string(3 * kPerWriter));
