@@ -921,11 +921,16 @@ TEST_F(InformerTest, UpdateWithRetryWritesTheStatusSubresource) {
     node["metadata"]["annotations"]["ignored"] = "by a status write";
     return absl::OkStatus();
   };
-  constexpr int kPerWriter = 10;
+  constexpr int kPerWriter = 15;
   EXPECT_EQ(UpdateFromThreeWriters("status-counter", increment, kPerWriter, "status"), 0);
   auto node = client_->Get(kNodes, "", "status-counter");
   ASSERT_TRUE(node.ok());
   EXPECT_EQ((*node)["status"]["capacity"]["example.com/count"], std::to_string(3 * kPerWriter));
+  // The writers did meet conflicts: the count above came through the retries.
+  EXPECT_GT(
+      metrics_->requests_total.Add({{"verb", "update"}, {"resource", "nodes"}, {"code", "409"}})
+          .Value(),
+      0);
   // Only .status was written: the annotation the mutation also set was not stored.
   EXPECT_FALSE((*node)["metadata"].contains("annotations") &&
                (*node)["metadata"]["annotations"].contains("ignored"));
