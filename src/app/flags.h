@@ -1,7 +1,7 @@
 // Flags of the dralens command line. Every flag has an environment twin; a flag given on the
 // command line wins over its environment variable, which wins over the default.
 //
-// The table in flags.cc is the single source of truth: --help, the README's flag reference and
+// The table in flag_table.cc is the single source of truth: --help, the README's flag reference and
 // the parser all read it.
 #pragma once
 
