@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "exporter/cluster/analyzer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -125,8 +126,6 @@ inline nlohmann::json Node(const std::string& name, bool ready) {
              nlohmann::json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})}}}};
 }
 
-// The value of the one series of `family` whose labels include all of `labels` (the sample
-// count for histograms); -1 when there is none; a test failure when several match.
 // Everything an analyzer exports: the families of its registry and its text families.
 class Exported : public prometheus::Collectable {
  public:
@@ -145,6 +144,8 @@ class Exported : public prometheus::Collectable {
   const Analyzer& analyzer_;
 };
 
+// The value of the one series of `family` whose labels include all of `labels` (the sample
+// count for histograms); -1 when there is none; a test failure when several match.
 inline double Value(const prometheus::Collectable& registry, const std::string& family,
                     const std::map<std::string, std::string>& labels) {
   double found = -1;
@@ -180,6 +181,36 @@ inline double Value(const prometheus::Collectable& registry, const std::string& 
   }
   EXPECT_LE(matches, 1) << family << " has several matching series";
   return found;
+}
+
+// One series of a family: its labels and value.
+struct Sample {
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+inline std::vector<Sample> Collect(const prometheus::Collectable& registry,
+                                   const std::string& family) {
+  std::vector<Sample> out;
+  for (const prometheus::MetricFamily& f : registry.Collect()) {
+    if (f.name != family) {
+      continue;
+    }
+    for (const prometheus::ClientMetric& m : f.metric) {
+      Sample s;
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        s.labels[l.name] = l.value;
+      }
+      s.value = f.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+// A CEL reference to one of the driver's attributes: device.attributes['<driver>'].<name>.
+inline std::string Attr(const std::string& name) {
+  return absl::StrCat("device.attributes['", kDriver, "'].", name);
 }
 
 }  // namespace dralens::exporter::cluster::testing
