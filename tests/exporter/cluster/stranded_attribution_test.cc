@@ -12,7 +12,6 @@
 #include "nlohmann/json.hpp"
 #include "prometheus/registry.h"
 #include "src/common/clock.h"
-#include "src/k8s/projection.h"
 #include "src/telemetry/tracing/tracer_impl.h"
 #include "tests/exporter/cluster/scenario_util.h"
 
