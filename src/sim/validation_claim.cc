@@ -5,6 +5,8 @@
 
 namespace dralens::sim::validation {
 
+namespace {
+
 void ValidateTolerations(Errors& e, const json& req, const std::string& f) {
   const json* tols = e.Get(req, f, "tolerations", JType::kArray);
   if (tols == nullptr) {
@@ -97,6 +99,8 @@ void ValidateRequestRefs(Errors& e, const json& item, const std::string& f,
     }
   }
 }
+
+}  // namespace
 
 void ValidateClaimSpec(Errors& e, const json& obj) {
   const json* spec = e.Get(obj, "", "spec", JType::kObject);

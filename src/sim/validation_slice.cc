@@ -7,6 +7,8 @@
 
 namespace dralens::sim::validation {
 
+namespace {
+
 void ValidateDevice(Errors& e, const json& dev, const std::string& f, const std::string& driver,
                     bool per_device_nodes, const std::map<std::string, std::set<std::string>>& sets,
                     int minor, size_t& slice_counters) {
@@ -193,6 +195,8 @@ void ValidateDevice(Errors& e, const json& dev, const std::string& f, const std:
     }
   }
 }
+
+}  // namespace
 
 void ValidateResourceSliceSpec(Errors& e, const json& obj, int minor) {
   const json* spec = e.Get(obj, "", "spec", JType::kObject);
