@@ -5,7 +5,8 @@
 //   api_server_writes.cc   create, update, patch, delete and deletecollection
 //   api_server_watch.cc    watch streams, bookmarks and the faults injected into them
 //   api_server_errors.cc   metav1.Status failures, as the real server words them
-//   api_server_objects.cc  object metadata, selectors' field values, names, merge patch
+//   api_server_objects.cc  object metadata, selector matching, generated names and uids, merge
+//                          patch, and stored objects as their client sees them
 //   api_server_sockets.cc  finding the accepted sockets cpp-httplib does not expose
 #pragma once
 
