@@ -213,7 +213,8 @@ void ValidateQuantity(Errors& e, const json& v, const std::string& f) {
   e.TypeInvalid(f, v, "expected a quantity string");
 }
 
-// Validates `{"value": <quantity>}` entries of a map keyed by `key_check`ed names.
+// Validates the `{"value": <quantity>}` entries of a map, and its keys as DNS labels when
+// `dns_label_keys`.
 void ValidateQuantityMap(Errors& e, const json& map, const std::string& f, bool dns_label_keys) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     std::string p = Errors::Key(f, it.key());

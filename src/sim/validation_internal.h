@@ -160,7 +160,8 @@ class Errors {
 void ValidateMetadata(Errors& e, const json& obj, const ValidationOptions& opts);
 void ValidateMetadataUpdate(Errors& e, const json& obj, const json& old);
 void ValidateQuantity(Errors& e, const json& v, const std::string& f);
-// Validates `{"value": <quantity>}` entries of a map keyed by `key_check`ed names.
+// Validates the `{"value": <quantity>}` entries of a map, and its keys as DNS labels when
+// `dns_label_keys`.
 void ValidateQuantityMap(Errors& e, const json& map, const std::string& f, bool dns_label_keys);
 // QualifiedName of a device attribute/capacity: C identifier ≤ 32 or
 // <DNS subdomain ≤ 63>/<C identifier ≤ 32>. Returns the fully qualified form.
