@@ -35,8 +35,10 @@
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
 #include "tests/integration/subprocess.h"
+#include "tests/testing/api_fixture.h"
 #include "tests/testing/eventually.h"
 #include "tests/testing/kubeconfig.h"
+#include "tests/testing/temp_dir.h"
 
 namespace dralens::testing {
 
@@ -84,34 +86,21 @@ class NodeHarness {
   using UnprepareResponse = ::k8s::io::kubelet::pkg::apis::dra::v1::NodeUnprepareResourcesResponse;
 
   NodeHarness() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "dralens-harness-XXXXXX").string();
-    EXPECT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    EXPECT_TRUE(api_.Start().ok());
-    k8s::RestConfig config;
-    config.server = api_.url();
-    auto client = k8s::RestClient::FromConfig(config);
-    EXPECT_TRUE(client.ok()) << client.status();
-    client_ = std::move(client).value();
-    auto node = client_->Create(
+    if (!api_.ok()) {
+      return;  // the fixture failed the test already
+    }
+    auto node = api_.client().Create(
         k8s::kNodes, "", {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
     EXPECT_TRUE(node.ok()) << node.status();
-    kubeconfig_ = (root_ / "kubeconfig").string();
-    WriteKubeconfig(kubeconfig_, api_.url());
+    kubeconfig_ = root_.Join("kubeconfig");
+    WriteKubeconfig(kubeconfig_, api_.server().url());
   }
 
-  ~NodeHarness() {
-    node_.reset();
-    api_.Stop();
-    std::error_code ec;
-    std::filesystem::remove_all(root_, ec);
-  }
-
-  std::string Root() const { return root_.string(); }
-  std::string RegistryDir() const { return (root_ / "registry").string(); }
-  std::string PluginsDir() const { return (root_ / "plugins").string(); }
+  std::string Root() const { return root_.path(); }
+  std::string RegistryDir() const { return root_.Join("registry"); }
+  std::string PluginsDir() const { return root_.Join("plugins"); }
   std::string PluginDir() const { return PluginsDir() + "/" + kDriver; }
-  std::string CdiRoot() const { return (root_ / "cdi").string(); }
+  std::string CdiRoot() const { return root_.Join("cdi"); }
   // A kubeconfig for the harness's API server (what the node gets as $KUBECONFIG).
   std::string Kubeconfig() const { return kubeconfig_; }
   std::string RegSock() const { return RegistryDir() + "/" + kDriver + "-reg.sock"; }
@@ -120,8 +109,8 @@ class NodeHarness {
   // "/proc/<pid>/root" (paths under a mount only it sees).
   std::string SeenFrom() const { return seen_from_; }
   void SeeThroughProcessRoot() { seen_from_ = "/proc/" + std::to_string(node_->pid()) + "/root"; }
-  k8s::RestClient& client() { return *client_; }
-  sim::ApiServer& api() { return api_; }
+  k8s::RestClient& client() { return api_.client(); }
+  sim::ApiServer& api() { return api_.server(); }
   Subprocess& process() { return *node_; }
 
   // The device source flags Start() passes; simulated dgx-h100 (eight H100s) unless changed.
@@ -173,6 +162,12 @@ class NodeHarness {
   // reached it having failed; `result` is what Prepare or Unprepare returned.
   void ExpectCrashed(const std::string& result, const std::string& step) {
     EXPECT_TRUE(result.rfind("gRPC: ", 0) == 0) << "the node should have died at " << step;
+    ExpectKilled();
+  }
+
+  // Expects the node to have died at an armed crash point: exit status 137, as SIGKILL gives.
+  void ExpectKilled() {
+    ASSERT_TRUE(node_);
     EXPECT_EQ(node_->Wait(absl::Seconds(15)), 137) << node_->Output();
     node_.reset();
   }
@@ -201,7 +196,7 @@ class NodeHarness {
 
   // This node's slices of this driver, and their devices.
   std::vector<nlohmann::json> Slices() {
-    auto list = client_->List(k8s::kResourceSlices, "", Mine());
+    auto list = api_.client().List(k8s::kResourceSlices, "", Mine());
     EXPECT_TRUE(list.ok()) << list.status();
     return list.ok() ? list->items : std::vector<nlohmann::json>{};
   }
@@ -226,7 +221,9 @@ class NodeHarness {
     return "";
   }
   // What a starting kubelet does to the node's slices.
-  void Wipe() { ASSERT_TRUE(client_->DeleteCollection(k8s::kResourceSlices, "", Mine()).ok()); }
+  void Wipe() {
+    ASSERT_TRUE(api_.client().DeleteCollection(k8s::kResourceSlices, "", Mine()).ok());
+  }
 
   // File names in the CDI root, sorted.
   std::vector<std::string> CdiFiles() const {
@@ -258,42 +255,53 @@ class NodeHarness {
     return uids;
   }
 
-  // The kubelet's side of registration: GetInfo, then NotifyRegistrationStatus(registered).
+  // The kubelet's side of registration: GetInfo, checked as the kubelet checks it, then
+  // NotifyRegistrationStatus(registered).
   void Register() {
     auto stub = ::pluginregistration::Registration::NewStub(
         grpc::CreateChannel("unix://" + RegSock(), grpc::InsecureChannelCredentials()));
     ::pluginregistration::PluginInfo info;
-    ASSERT_TRUE(stub->GetInfo(Context(5).get(), {}, &info).ok());
+    grpc::Status s = stub->GetInfo(Context(5).get(), {}, &info);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(info.type(), "DRAPlugin");
+    EXPECT_EQ(info.name(), kDriver);
+    // The path as the node sees it, in whatever mount namespace it runs.
+    EXPECT_EQ(info.endpoint(), PluginDir() + "/dra.sock");
+    EXPECT_EQ(std::vector<std::string>(info.supported_versions().begin(),
+                                       info.supported_versions().end()),
+              (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin",
+                                        "v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"}));
     ::pluginregistration::RegistrationStatus status;
     status.set_plugin_registered(true);
     ::pluginregistration::RegistrationStatusResponse response;
-    ASSERT_TRUE(stub->NotifyRegistrationStatus(Context(5).get(), status, &response).ok());
+    s = stub->NotifyRegistrationStatus(Context(5).get(), status, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message();
   }
 
-  // A claim for one device of this node, allocated as the scheduler would, with `config` (the
-  // opaque parameters of this driver, from the claim) unless null.
+  // A claim for one device of `pool` (this node's unless named), allocated as the scheduler
+  // would, with `config` (the opaque parameters of this driver, from the claim) unless null.
   Claim AllocatedClaim(const std::string& name, const std::string& device,
-                       const nlohmann::json& config = nullptr) {
+                       const nlohmann::json& config = nullptr, const std::string& pool = kNode) {
     nlohmann::json claim = {{"apiVersion", "resource.k8s.io/v1"},
                             {"kind", "ResourceClaim"},
                             {"metadata", {{"name", name}, {"namespace", kNs}}}};
     claim["spec"]["devices"]["requests"] =
         nlohmann::json::array({{{"name", "gpu"}, {"exactly", {{"deviceClassName", kDriver}}}}});
-    auto created = client_->Create(k8s::kResourceClaims, kNs, claim);
+    auto created = api_.client().Create(k8s::kResourceClaims, kNs, claim);
     EXPECT_TRUE(created.ok()) << created.status();
     if (!created.ok()) {
       return {};
     }
     nlohmann::json obj = *created;
     obj["status"]["allocation"]["devices"]["results"] = nlohmann::json::array(
-        {{{"request", "gpu"}, {"driver", kDriver}, {"pool", kNode}, {"device", device}}});
+        {{{"request", "gpu"}, {"driver", kDriver}, {"pool", pool}, {"device", device}}});
     if (!config.is_null()) {
       obj["status"]["allocation"]["devices"]["config"] =
           nlohmann::json::array({{{"source", "FromClaim"},
                                   {"requests", nlohmann::json::array({"gpu"})},
                                   {"opaque", {{"driver", kDriver}, {"parameters", config}}}}});
     }
-    auto updated = client_->Update(k8s::kResourceClaims, kNs, obj, "status");
+    auto updated = api_.client().Update(k8s::kResourceClaims, kNs, obj, "status");
     EXPECT_TRUE(updated.ok()) << updated.status();
     return {name, obj["metadata"]["uid"].get<std::string>()};
   }
@@ -377,9 +385,10 @@ class NodeHarness {
         grpc::CreateChannel("unix://" + DraSock(), grpc::InsecureChannelCredentials()));
   }
 
-  std::filesystem::path root_;
-  sim::ApiServer api_;
-  std::unique_ptr<k8s::RestClient> client_;
+  // Declared in the order they start: the node process goes first, then the API server, then
+  // the directory.
+  TempDir root_{"dralens-harness"};
+  ApiFixture api_;
   std::string kubeconfig_;
   std::vector<std::string> source_flags_ = {"--device-source=simulated",
                                             "--simulated-profile=dgx-h100"};

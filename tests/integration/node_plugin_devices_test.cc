@@ -13,7 +13,7 @@ TEST_F(NodePluginTest, DynamicMigClaimCreatesItsInstance) {
   StartNode("", {}, {"--dynamic-mig"});
   k8s::ListOptions options;
   options.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=", kDriver);
-  auto slices = client_->List(k8s::kResourceSlices, "", options);
+  auto slices = client().List(k8s::kResourceSlices, "", options);
   ASSERT_TRUE(slices.ok()) << slices.status();
   bool counters = false;
   std::string placement;
@@ -37,7 +37,7 @@ TEST_F(NodePluginTest, DynamicMigClaimCreatesItsInstance) {
   const std::string text((std::istreambuf_iterator<char>(spec)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("/dev/nvidia-caps/nvidia-cap"));
 
-  httplib::Client metrics("127.0.0.1", metrics_port_);
+  httplib::Client metrics("127.0.0.1", metrics_port());
   auto debug = metrics.Get("/debug/claims");
   ASSERT_TRUE(debug);
   json state = json::parse(debug->body, nullptr, false);
@@ -62,7 +62,7 @@ TEST_F(NodePluginTest, EverySharingStrategyThroughTheKubeletSocket) {
   // Consumable capacity is published on the full GPUs.
   k8s::ListOptions options;
   options.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=", kDriver);
-  auto slices = client_->List(k8s::kResourceSlices, "", options);
+  auto slices = client().List(k8s::kResourceSlices, "", options);
   ASSERT_TRUE(slices.ok()) << slices.status();
   int consumable = 0;
   for (const json& slice : slices->items) {
@@ -86,7 +86,7 @@ TEST_F(NodePluginTest, EverySharingStrategyThroughTheKubeletSocket) {
                                                           {{"deviceClassName", kDriver},
                                                            {"allocationMode", "ExactCount"},
                                                            {"count", results.size()}}}}});
-    auto created = client_->Create(k8s::kResourceClaims, kNs, claim);
+    auto created = client().Create(k8s::kResourceClaims, kNs, claim);
     EXPECT_TRUE(created.ok()) << created.status();
     if (!created.ok()) {
       return {};
@@ -105,7 +105,7 @@ TEST_F(NodePluginTest, EverySharingStrategyThroughTheKubeletSocket) {
            {"name", absl::StrCat(name, "-pod-", i)},
            {"uid", absl::StrCat("00000000-0000-4000-8000-00000000000", i)}});
     }
-    auto updated = client_->Update(k8s::kResourceClaims, kNs, obj, "status");
+    auto updated = client().Update(k8s::kResourceClaims, kNs, obj, "status");
     EXPECT_TRUE(updated.ok()) << updated.status();
     return {name, (*created)["metadata"]["uid"].get<std::string>()};
   };
@@ -160,7 +160,7 @@ TEST_F(NodePluginTest, EverySharingStrategyThroughTheKubeletSocket) {
   ASSERT_TRUE(PrepareV1({shared}, &again).ok());
   EXPECT_EQ(Flatten(again.claims().at(shared.uid)), Flatten(prepared.claims().at(shared.uid)));
 
-  httplib::Client metrics("127.0.0.1", metrics_port_);
+  httplib::Client metrics("127.0.0.1", metrics_port());
   auto scraped = metrics.Get("/metrics");
   ASSERT_TRUE(scraped);
   // Label names are sorted in the exposition.
@@ -212,7 +212,7 @@ TEST_F(NodePluginTest, ASlowBucketsExemplarLeadsToTheClaimsSpanAtTheCollector) {
   ASSERT_TRUE(PrepareV1({c}, &prepared).ok());
   ASSERT_EQ(prepared.claims().at(c.uid).error(), "");
 
-  httplib::Client metrics("127.0.0.1", metrics_port_);
+  httplib::Client metrics("127.0.0.1", metrics_port());
   auto om = metrics.Get("/metrics", {{"Accept", "application/openmetrics-text;version=1.0.0"}});
   ASSERT_TRUE(om);
   EXPECT_THAT(om->get_header_value("Content-Type"), HasSubstr("application/openmetrics-text"));
@@ -265,7 +265,7 @@ TEST_F(NodePluginTest, ASlowBucketsExemplarLeadsToTheClaimsSpanAtTheCollector) {
 
   auto text = metrics.Get("/metrics");
   ASSERT_TRUE(text);
-  const std::string path = (root_ / "metrics.txt").string();
+  const std::string path = harness_.Root() + "/metrics.txt";
   std::ofstream(path) << text->body;
   EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + path).c_str()), 0) << text->body;
   EXPECT_THAT(text->body, HasSubstr("dralens_otlp_spans_total{outcome=\"exported\"}"));

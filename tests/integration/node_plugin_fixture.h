@@ -26,13 +26,11 @@
 #include "absl/strings/str_cat.h"
 #include "driver/proto/dra/v1/api.grpc.pb.h"
 #include "driver/proto/dra/v1beta1/api.grpc.pb.h"
-#include "driver/proto/pluginregistration/v1/api.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/k8s/rest_client.h"
-#include "src/sim/api_server.h"
+#include "tests/integration/node_harness.h"
 #include "tests/integration/subprocess.h"
-#include "tests/testing/kubeconfig.h"
 
 namespace dralens::node_plugin_test {
 
@@ -45,10 +43,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-inline const std::string kBinary = DRALENS_BINARY;
-inline constexpr char kNode[] = "node-a";
-inline constexpr char kDriver[] = "gpu.dralens.dev";
-inline constexpr char kNs[] = "ml";
+inline constexpr const auto& kNode = testing::NodeHarness::kNode;
+inline constexpr const auto& kDriver = testing::NodeHarness::kDriver;
+inline constexpr const auto& kNs = testing::NodeHarness::kNs;
 
 inline std::unique_ptr<grpc::ClientContext> Context(int seconds = 10) {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -66,11 +63,7 @@ inline std::vector<std::string> ListDir(const std::string& dir) {
   return out;
 }
 
-// One claim as the kubelet names it, plus what the test expects back.
-struct Claim {
-  std::string name;
-  std::string uid;
-};
+using Claim = ::dralens::testing::NodeHarness::Claim;
 
 // A prepare answer reduced to comparable text: "device|pool|requests|cdi ids" per device, or
 // "error: ..." for a failed claim.
@@ -100,130 +93,52 @@ inline std::vector<std::string> Flatten(const dra_v1beta1::NodePrepareResourceRe
   return Flatten(v1);
 }
 
+// The node under test comes from NodeHarness (a temp dir, the API server with the Node, a
+// kubeconfig, the process); this fixture adds the full v1 and v1beta1 answers the tests compare.
 class NodePluginTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "dralens-node-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    ASSERT_TRUE(api_.Start().ok());
-    k8s::RestConfig config;
-    config.server = api_.url();
-    auto client = k8s::RestClient::FromConfig(config);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(client).value();
-    auto node = client_->Create(
-        k8s::kNodes, "", {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}});
-    ASSERT_TRUE(node.ok()) << node.status();
-    kubeconfig_ = (root_ / "kubeconfig").string();
-    testing::WriteKubeconfig(kubeconfig_, api_.url());
-  }
+  std::string RegistryDir() const { return harness_.RegistryDir(); }
+  std::string PluginsDir() const { return harness_.PluginsDir(); }
+  std::string CdiRoot() const { return harness_.CdiRoot(); }
+  std::string RegSock() const { return harness_.RegSock(); }
+  std::string DraSock() const { return harness_.DraSock(); }
+  std::string Checkpoint() const { return harness_.PluginDir() + "/checkpoint.json"; }
+  k8s::RestClient& client() { return harness_.client(); }
+  Subprocess& node() { return harness_.process(); }
+  int metrics_port() const { return harness_.metrics_port(); }
 
-  void TearDown() override {
-    node_.reset();
-    api_.Stop();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-
-  std::string RegistryDir() const { return (root_ / "registry").string(); }
-  std::string PluginsDir() const { return (root_ / "plugins").string(); }
-  std::string CdiRoot() const { return (root_ / "cdi").string(); }
-  std::string RegSock() const { return RegistryDir() + "/gpu.dralens.dev-reg.sock"; }
-  std::string DraSock() const { return PluginsDir() + "/gpu.dralens.dev/dra.sock"; }
-  std::string Checkpoint() const { return PluginsDir() + "/gpu.dralens.dev/checkpoint.json"; }
-
-  // Starts `dralens node`; `crash_at` arms the preparer's crash hook. Waits until the plugin
-  // serves both sockets.
+  // Starts `dralens node` on eight simulated H100s; `crash_at` arms the preparer's crash hook.
+  // Waits until the plugin serves both sockets.
   void StartNode(const std::string& crash_at = "",
                  const std::map<std::string, std::string>& extra_env = {},
                  const std::vector<std::string>& extra_flags = {}) {
-    std::map<std::string, std::string> env = {{"NODE_NAME", kNode}, {"KUBECONFIG", kubeconfig_}};
-    env.insert(extra_env.begin(), extra_env.end());
+    std::map<std::string, std::string> env = extra_env;
     if (!crash_at.empty()) {
       env["DRALENS_TEST_CRASH_AT"] = crash_at;
     }
-    std::vector<std::string> argv = {kBinary,
-                                     "node",
-                                     "--device-source=simulated",
-                                     "--simulated-profile=dgx-h100",
-                                     "--metrics-address=127.0.0.1:0",
-                                     "--kubelet-registry-dir=" + RegistryDir(),
-                                     "--kubelet-plugins-dir=" + PluginsDir(),
-                                     "--cdi-root=" + CdiRoot()};
-    argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
-    node_ = std::make_unique<Subprocess>(argv, env);
-    ASSERT_TRUE(node_->WaitForOutput("kubelet plugin serving", absl::Seconds(30)))
-        << node_->Output();
-    std::smatch m;
-    const std::string out = node_->Output();
-    ASSERT_TRUE(
-        std::regex_search(out, m, std::regex(R"(serving metrics"? address=\S+ port=(\d+))")))
-        << out;
-    metrics_port_ = std::stoi(m[1]);
+    harness_.Start(/*wrapper=*/{}, extra_flags, env);
   }
 
   // Stops the node with SIGTERM and expects a clean exit that removed both sockets.
   void StopNode() {
-    ASSERT_TRUE(node_);
-    EXPECT_EQ(node_->Stop(SIGTERM, absl::Seconds(15)), 0) << node_->Output();
+    harness_.Stop();
     EXPECT_FALSE(fs::exists(RegSock()));
     EXPECT_FALSE(fs::exists(DraSock()));
-    node_.reset();
   }
 
-  int Readyz() {
-    httplib::Client c("127.0.0.1", metrics_port_);
-    auto res = c.Get("/readyz");
-    return res ? res->status : 0;
-  }
+  // Expects the node to have died at its armed crash point.
+  void ExpectKilled() { harness_.ExpectKilled(); }
 
-  // The kubelet's side of registration: GetInfo, then NotifyRegistrationStatus.
-  void Register() {
-    auto stub = ::pluginregistration::Registration::NewStub(
-        grpc::CreateChannel("unix://" + RegSock(), grpc::InsecureChannelCredentials()));
-    ::pluginregistration::PluginInfo info;
-    grpc::Status s = stub->GetInfo(Context(1).get(), {}, &info);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(info.type(), "DRAPlugin");
-    EXPECT_EQ(info.name(), kDriver);
-    EXPECT_EQ(info.endpoint(), DraSock());
-    EXPECT_THAT(info.supported_versions(),
-                ::testing::ElementsAreArray(std::vector<std::string>{
-                    "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth",
-                    "v1.DRAResourceHealth"}));
-    ::pluginregistration::RegistrationStatus status;
-    status.set_plugin_registered(true);
-    ::pluginregistration::RegistrationStatusResponse response;
-    s = stub->NotifyRegistrationStatus(Context(5).get(), status, &response);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-  }
+  int Readyz() { return harness_.Status("/readyz"); }
+
+  // The kubelet's side of registration: GetInfo, checked, then NotifyRegistrationStatus.
+  void Register() { harness_.Register(); }
 
   // Creates a claim for one full GPU and allocates `device` of `pool` to it, as the scheduler
   // would.
   Claim AllocatedClaim(const std::string& name, const std::string& device,
                        const std::string& pool = kNode) {
-    json claim = {
-        {"apiVersion", "resource.k8s.io/v1"},
-        {"kind", "ResourceClaim"},
-        {"metadata", {{"name", name}, {"namespace", kNs}}},
-        {"spec",
-         {{"devices",
-           {{"requests", {{{"name", "gpu"}, {"exactly", {{"deviceClassName", kDriver}}}}}}}}}}};
-    auto created = client_->Create(k8s::kResourceClaims, kNs, claim);
-    EXPECT_TRUE(created.ok()) << created.status();
-    if (!created.ok()) {
-      return {};
-    }
-    json obj = *created;
-    obj["status"] = {
-        {"allocation",
-         {{"devices",
-           {{"results",
-             {{{"request", "gpu"}, {"driver", kDriver}, {"pool", pool}, {"device", device}}}}}}}}};
-    auto updated = client_->Update(k8s::kResourceClaims, kNs, obj, "status");
-    EXPECT_TRUE(updated.ok()) << updated.status();
-    return {name, (*created)["metadata"]["uid"].get<std::string>()};
+    return harness_.AllocatedClaim(name, device, /*config=*/nullptr, pool);
   }
 
   template <typename Request>
@@ -265,44 +180,10 @@ class NodePluginTest : public ::testing::Test {
     return CdiRoot() + "/k8s.gpu.dralens.dev-claim_" + c.uid + ".json";
   }
 
-  // The claim UIDs the checkpoint on disk records.
-  std::vector<std::string> CheckpointedUids() const {
-    std::ifstream in(Checkpoint());
-    if (!in) {
-      return {};
-    }
-    json file = json::parse(in, nullptr, false);
-    std::vector<std::string> uids;
-    if (file.is_discarded()) {
-      ADD_FAILURE() << "checkpoint is not JSON";
-      return uids;
-    }
-    // The body's claims are keyed by UID wherever the format nests them.
-    std::function<void(const json&)> walk = [&](const json& j) {
-      if (!j.is_object()) {
-        return;
-      }
-      for (const auto& [k, v] : j.items()) {
-        if (k == "claims" && v.is_object()) {
-          for (const auto& [uid, _] : v.items()) {
-            uids.push_back(uid);
-          }
-        } else {
-          walk(v);
-        }
-      }
-    };
-    walk(file);
-    std::sort(uids.begin(), uids.end());
-    return uids;
-  }
+  // The claim UIDs the checkpoint on disk records, sorted.
+  std::vector<std::string> CheckpointedUids() const { return harness_.CheckpointedUids(); }
 
-  fs::path root_;
-  sim::ApiServer api_;
-  std::unique_ptr<k8s::RestClient> client_;
-  std::string kubeconfig_;
-  std::unique_ptr<Subprocess> node_;
-  int metrics_port_ = 0;
+  testing::NodeHarness harness_;
 };
 
 }  // namespace dralens::node_plugin_test

@@ -20,12 +20,12 @@ TEST_F(NodePluginTest, PublishesSlicesRegistersAndPreparesOverV1AndV1beta1) {
       usleep(20000);
     }
   }
-  EXPECT_EQ(ready, 200) << node_->Output();
+  EXPECT_EQ(ready, 200) << node().Output();
 
   // The node's pool is on the server: 8 full GPUs, owned by the Node, spec.nodeName set.
   k8s::ListOptions options;
   options.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=", kDriver);
-  auto slices = client_->List(k8s::kResourceSlices, "", options);
+  auto slices = client().List(k8s::kResourceSlices, "", options);
   ASSERT_TRUE(slices.ok()) << slices.status();
   std::vector<std::string> names;
   for (const json& s : slices->items) {
@@ -113,7 +113,7 @@ TEST_F(NodePluginTest, PublishesSlicesRegistersAndPreparesOverV1AndV1beta1) {
 
   // The metrics endpoint saw the API requests the driver made.
   {
-    httplib::Client c("127.0.0.1", metrics_port_);
+    httplib::Client c("127.0.0.1", metrics_port());
     auto res = c.Get("/metrics");
     ASSERT_TRUE(res);
     EXPECT_THAT(res->body, HasSubstr("resource=\"resourceclaims\""));
@@ -138,12 +138,12 @@ TEST_F(NodePluginTest, RepublishesSlicesTheKubeletWipedAtStart) {
   // The kubelet wipes the node's slices when it starts and 30 s after the plugin went away.
   k8s::ListOptions options;
   options.field_selector = absl::StrCat("spec.nodeName=", kNode, ",spec.driver=", kDriver);
-  ASSERT_TRUE(client_->DeleteCollection(k8s::kResourceSlices, "", options).ok());
-  auto listed = client_->List(k8s::kResourceSlices, "", options);
+  ASSERT_TRUE(client().DeleteCollection(k8s::kResourceSlices, "", options).ok());
+  auto listed = client().List(k8s::kResourceSlices, "", options);
   ASSERT_TRUE(listed.ok());
   ASSERT_THAT(listed->items, IsEmpty());
   StartNode();
-  listed = client_->List(k8s::kResourceSlices, "", options);
+  listed = client().List(k8s::kResourceSlices, "", options);
   ASSERT_TRUE(listed.ok());
   EXPECT_FALSE(listed->items.empty());
   StopNode();
@@ -172,8 +172,7 @@ TEST_F(NodePluginTest, CrashAtEveryStepLeaksNothingAndNeverPreparesADeviceTwice)
       dra_v1::NodePrepareResourcesResponse lost;
       grpc::Status s = PrepareV1({c}, &lost);
       EXPECT_FALSE(s.ok()) << "the node should have died at " << step;
-      EXPECT_EQ(node_->Wait(absl::Seconds(15)), 137) << node_->Output();
-      node_.reset();
+      ExpectKilled();
       ++crashes;
 
       StartNode();
@@ -210,13 +209,12 @@ TEST_F(NodePluginTest, CrashAtEveryStepLeaksNothingAndNeverPreparesADeviceTwice)
       ASSERT_EQ(prepared.claims().at(c.uid).error(), "");
       dra_v1::NodeUnprepareResourcesResponse lost;
       EXPECT_FALSE(UnprepareV1({c}, &lost).ok()) << "the node should have died at " << step;
-      EXPECT_EQ(node_->Wait(absl::Seconds(15)), 137) << node_->Output();
-      node_.reset();
+      ExpectKilled();
       ++crashes;
 
       // The claim may already be deleted when the kubelet retries: unprepare needs only the
       // checkpoint.
-      ASSERT_TRUE(client_->Delete(k8s::kResourceClaims, kNs, c.name, {}).ok());
+      ASSERT_TRUE(client().Delete(k8s::kResourceClaims, kNs, c.name, {}).ok());
       StartNode();
       dra_v1::NodeUnprepareResourcesResponse un;
       ASSERT_TRUE(UnprepareV1({c}, &un).ok());

@@ -26,6 +26,8 @@
 #include "src/k8s/rest_client.h"
 #include "src/sim/api_server.h"
 #include "src/telemetry/exemplar.h"
+#include "tests/testing/api_fixture.h"
+#include "tests/testing/temp_dir.h"
 
 namespace dralens::app {
 namespace {
@@ -38,28 +40,15 @@ constexpr char kNode[] = "node-h";
 class NodeDriverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "dralens-nd-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    ASSERT_TRUE(api_.Start().ok());
-    k8s::RestConfig config;
-    config.server = api_.url();
-    auto client = k8s::RestClient::FromConfig(config);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
+    ASSERT_TRUE(api_.ok());
     ASSERT_TRUE(
-        client_
-            ->Create(k8s::kNodes, "",
-                     {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}})
+        client()
+            .Create(k8s::kNodes, "",
+                    {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}})
             .ok());
   }
 
-  void TearDown() override {
-    driver_.reset();
-    api_.Stop();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
+  void TearDown() override { driver_.reset(); }
 
   void Start(bool taints, prometheus::Registry* registry = nullptr) {
     NodeDriverOptions options;
@@ -72,7 +61,7 @@ class NodeDriverTest : public ::testing::Test {
     options.device_taints = taints;
     options.registry = registry != nullptr ? registry : &registry_;
     options.exemplars = &exemplars_;
-    auto driver = NodeDriver::Start(options, *client_, common::RealClock());
+    auto driver = NodeDriver::Start(options, client(), common::RealClock());
     ASSERT_TRUE(driver.ok()) << driver.status();
     driver_ = *std::move(driver);
   }
@@ -81,7 +70,7 @@ class NodeDriverTest : public ::testing::Test {
   nlohmann::json TaintsOf(const std::string& device) {
     k8s::ListOptions options;
     options.field_selector = absl::StrCat("spec.nodeName=", kNode);
-    auto list = client_->List(k8s::kResourceSlices, "", options);
+    auto list = client().List(k8s::kResourceSlices, "", options);
     EXPECT_TRUE(list.ok()) << list.status();
     if (list.ok()) {
       for (const nlohmann::json& slice : list->items) {
@@ -122,12 +111,14 @@ class NodeDriverTest : public ::testing::Test {
     return -1;
   }
 
-  fs::path root_;
+  k8s::RestClient& client() { return api_.client(); }
+
+  testing::TempDir dir_{"dralens-nd"};
+  const fs::path root_{dir_.path()};
   prometheus::Registry registry_;
   prometheus::Registry second_registry_;  // for a second start
   telemetry::ExemplarStore exemplars_;
-  sim::ApiServer api_;
-  std::unique_ptr<k8s::RestClient> client_;
+  testing::ApiFixture api_;
   std::unique_ptr<NodeDriver> driver_;
 };
 
@@ -226,7 +217,7 @@ TEST_F(NodeDriverTest, AStartFinishesAnUnprepareInterruptedAfterItsSpecWent) {
   namespace dra = ::k8s::io::kubelet::pkg::apis::dra::v1;
   Start(/*taints=*/false);
   auto created =
-      client_->Create(k8s::kResourceClaims, "default",
+      client().Create(k8s::kResourceClaims, "default",
                       {{"apiVersion", "resource.k8s.io/v1"},
                        {"kind", "ResourceClaim"},
                        {"metadata", {{"name", "c"}, {"namespace", "default"}}},
@@ -245,7 +236,7 @@ TEST_F(NodeDriverTest, AStartFinishesAnUnprepareInterruptedAfterItsSpecWent) {
                                             {"driver", "gpu.dralens.dev"},
                                             {"pool", kNode},
                                             {"device", "gpu-1"}}})}}}};
-  ASSERT_TRUE(client_->Update(k8s::kResourceClaims, "default", claim, "status").ok());
+  ASSERT_TRUE(client().Update(k8s::kResourceClaims, "default", claim, "status").ok());
   auto prepare = [&] {
     auto stub = dra::DRAPlugin::NewStub(grpc::CreateChannel("unix://" + driver_->dra_socket_path(),
                                                             grpc::InsecureChannelCredentials()));

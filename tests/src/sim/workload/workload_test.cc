@@ -24,6 +24,8 @@
 #include "src/k8s/rest_client.h"
 #include "src/model/codec.h"
 #include "src/sim/api_server.h"
+#include "tests/testing/api_fixture.h"
+#include "tests/testing/temp_dir.h"
 
 namespace dralens::sim {
 namespace {
@@ -37,15 +39,7 @@ using nlohmann::json;
 class WorkloadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "dralens-wl-XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    ASSERT_TRUE(api_.Start().ok());
-    k8s::RestConfig config;
-    config.server = api_.url();
-    auto client = k8s::RestClient::FromConfig(config);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
+    ASSERT_TRUE(api_.ok());
     StartNode("h100-0", "h100x2", /*dynamic_mig=*/true);
     StartNode("a100-0", "a100-40gb", /*dynamic_mig=*/false);
   }
@@ -53,17 +47,14 @@ class WorkloadTest : public ::testing::Test {
   void TearDown() override {
     workload_.reset();
     drivers_.clear();
-    api_.Stop();
-    std::error_code ec;
-    fs::remove_all(root_, ec);
   }
 
   void StartNode(const std::string& name, const std::string& profile, bool dynamic_mig,
                  bool consumable_capacity = false) {
     ASSERT_TRUE(
-        client_
-            ->Create(k8s::kNodes, "",
-                     {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}})
+        client()
+            .Create(k8s::kNodes, "",
+                    {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}})
             .ok());
     NodeDriverOptions options;
     options.node_name = name;
@@ -75,7 +66,7 @@ class WorkloadTest : public ::testing::Test {
     options.dynamic_mig = dynamic_mig;
     options.consumable_capacity = consumable_capacity;
     options.api_minor = 34;
-    auto driver = NodeDriver::Start(options, *client_, common::RealClock());
+    auto driver = NodeDriver::Start(options, client(), common::RealClock());
     ASSERT_TRUE(driver.ok()) << driver.status();
     sockets_[name] = (*driver)->dra_socket_path();
     drivers_.push_back(*std::move(driver));
@@ -91,11 +82,11 @@ class WorkloadTest : public ::testing::Test {
   }
 
   std::unique_ptr<Workload> MakeWorkload(uint64_t seed, common::Clock& clock) {
-    return std::make_unique<Workload>(Options(seed), *client_, clock);
+    return std::make_unique<Workload>(Options(seed), client(), clock);
   }
 
   std::vector<json> Claims() {
-    auto list = client_->List(k8s::kResourceClaims, "demo", {});
+    auto list = client().List(k8s::kResourceClaims, "demo", {});
     EXPECT_TRUE(list.ok()) << list.status();
     return list.ok() ? list->items : std::vector<json>{};
   }
@@ -117,9 +108,11 @@ class WorkloadTest : public ::testing::Test {
     }
   }
 
-  fs::path root_;
-  sim::ApiServer api_;
-  std::unique_ptr<k8s::RestClient> client_;
+  k8s::RestClient& client() { return api_.client(); }
+
+  testing::TempDir dir_{"dralens-wl"};
+  const fs::path root_{dir_.path()};
+  testing::ApiFixture api_;
   std::vector<std::unique_ptr<NodeDriver>> drivers_;
   std::map<std::string, std::string> sockets_;
   std::unique_ptr<Workload> workload_;
@@ -189,7 +182,7 @@ TEST_F(WorkloadTest, MemorySharesGoOnlyToConsumableGpusWithShareIdsAndWithinThei
   options.max_claims = 40;
   options.plugin_sockets = sockets_;
   options.memory_shares = true;
-  Workload workload(options, *client_, clock);
+  Workload workload(options, client(), clock);
   ASSERT_TRUE(workload.Setup().ok());
   size_t most_shares = 0;
   for (int i = 0; i < 80; ++i) {
@@ -235,11 +228,11 @@ TEST_F(WorkloadTest, TwoGpuClaimsTakeTwoGpusOfOneNodeAndTeamsTakeTurns) {
   WorkloadOptions options = Options(3);
   options.two_gpu_claims = true;
   options.team_namespaces = {"team-a", "team-b"};
-  Workload workload(options, *client_, clock);
+  Workload workload(options, client(), clock);
   ASSERT_TRUE(workload.Setup().ok());
   ASSERT_TRUE(workload.Step().ok());
   // The first claim is the two-GPU job, in the second team's namespace (claims take turns).
-  auto first = client_->List(k8s::kResourceClaims, "team-b", {});
+  auto first = client().List(k8s::kResourceClaims, "team-b", {});
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->items.size(), 1u);
   const json& claim = first->items[0];
@@ -258,7 +251,7 @@ TEST_F(WorkloadTest, TwoGpuClaimsTakeTwoGpusOfOneNodeAndTeamsTakeTurns) {
     ASSERT_TRUE(workload.Step().ok());
     std::set<std::string> seen;
     for (const char* ns : {"team-a", "team-b"}) {
-      auto list = client_->List(k8s::kResourceClaims, ns, {});
+      auto list = client().List(k8s::kResourceClaims, ns, {});
       ASSERT_TRUE(list.ok()) << list.status();
       per_team[ns] = std::max<int>(per_team[ns], static_cast<int>(list->items.size()));
       for (const json& c : list->items) {
@@ -295,12 +288,12 @@ TEST_F(WorkloadTest, TheSameSeedMakesTheSameClaims) {
     workload->Stop();
     // Leave the cluster empty for the next run.
     for (const json& c : Claims()) {
-      (void)client_->Delete(k8s::kResourceClaims, "demo", c["metadata"]["name"].get<std::string>(),
+      (void)client().Delete(k8s::kResourceClaims, "demo", c["metadata"]["name"].get<std::string>(),
                             {});
     }
-    auto pods = client_->List(k8s::kPods, "demo", {});
+    auto pods = client().List(k8s::kPods, "demo", {});
     for (const json& p : pods->items) {
-      (void)client_->Delete(k8s::kPods, "demo", p["metadata"]["name"].get<std::string>(), {});
+      (void)client().Delete(k8s::kPods, "demo", p["metadata"]["name"].get<std::string>(), {});
     }
     return out;
   };
