@@ -5,8 +5,8 @@ Lists every Kubernetes API call site of each role in the source (KubeClient call
 ResourceType, and the informers the cluster role starts, which list and watch), maps them to
 (API group, resource) -> verbs with the ResourceType table of src/k8s/client.h, and compares the
 result with the rules the chart test holds the rendered ClusterRoles and the leader-election
-Role to (tests/chart/chart_test.py). A call the chart does not grant fails, and so does a grant
-no code uses.
+Role to (tests/chart/chart_lib.py and objects_checks.py). A call the chart does not grant fails,
+and so does a grant no code uses.
 
 A call with a subresource argument ("status") is a call on "<plural>/status". Since Kubernetes
 1.36 (DRAResourceClaimGranularStatusAuthorization), a node-local driver that writes a
@@ -21,9 +21,9 @@ import unittest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-spec = importlib.util.spec_from_file_location("chart_test", ROOT / "tests/chart/chart_test.py")
-chart_test = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(chart_test)
+spec = importlib.util.spec_from_file_location("chart_lib", ROOT / "tests/chart/chart_lib.py")
+chart_lib = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(chart_lib)
 
 VERBS = {"Get": "get", "List": "list", "Watch": "watch", "Create": "create", "Update": "update",
          "MergePatch": "patch", "Delete": "delete", "DeleteCollection": "deletecollection"}
@@ -120,11 +120,11 @@ class RbacCallsTest(unittest.TestCase):
 
     def test_node_role(self):
         found = calls(NODE_SOURCES, self.types)
-        self.assertEqual(found, chart_test.NODE_RULES)
+        self.assertEqual(found, chart_lib.NODE_RULES)
 
     def test_cluster_role(self):
         found = calls(CLUSTER_SOURCES, self.types)
-        self.assertEqual(found, chart_test.CLUSTER_RULES)
+        self.assertEqual(found, chart_lib.CLUSTER_RULES)
 
     def test_leader_election(self):
         found = calls(LEADER_SOURCES, self.types)
