@@ -93,6 +93,9 @@
 #include "src/telemetry/tracing/tracer_impl.h"
 #include "src/telemetry/tracing/tracer_provider.h"
 #include "src/telemetry/tracing/tracing_config.h"
+#include "tests/bench/load_runner.h"
+#include "tests/bench/machine_info.h"
+#include "tests/bench/prepare_flags.h"
 
 namespace dralens::bench {
 namespace {
@@ -104,27 +107,14 @@ namespace plugin = driver::plugin;
 namespace prepare = driver::prepare;
 namespace slices = driver::slices;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 constexpr char kDriver[] = "gpu.dralens.dev";
 constexpr char kNode[] = "bench-node";
 constexpr char kNs[] = "bench";
-constexpr int kMaxConcurrency = 64;  // the simulated profile's count limit
 constexpr double kTargetP99Ms = 5.0;
 constexpr double kTargetFloorRatio = 1.5;
 // A loopback GET slower than this is not the API server's work (see Print()).
 constexpr double kSlowGetMs = 20;
-
-struct Flags {
-  int iterations = 2000;    // timed prepares per configuration, across all workers
-  double max_seconds = 25;  // cap on each timed phase
-  int idle_connections = kMaxConcurrency + 4;  // RestClientOptions::max_idle_connections
-  std::vector<int> concurrency = {1, kMaxConcurrency};
-  std::string dir;    // parent of the temp dir; "" = the system temp dir
-  bool logs = false;  // driver log lines to stderr instead of discarded
-  std::string telemetry = "metrics";
-  bool claim_status = true;
-};
 
 // The temp dir, removed by Die too.
 std::string g_root;
@@ -152,215 +142,6 @@ void OrDie(const absl::Status& status, absl::string_view what) {
   if (!status.ok()) {
     Die(absl::StrCat(what, ": ", status.ToString()));
   }
-}
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
-    const std::string& key = kv.first;
-    const std::string& value = kv.second;
-    bool ok = true;
-    if (key == "--iterations") {
-      ok = absl::SimpleAtoi(value, &flags.iterations) && flags.iterations > 0;
-    } else if (key == "--max-seconds") {
-      ok = absl::SimpleAtod(value, &flags.max_seconds) && flags.max_seconds > 0;
-    } else if (key == "--concurrency") {
-      flags.concurrency.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int c = 0;
-        ok = ok && absl::SimpleAtoi(part, &c) && c >= 1 && c <= kMaxConcurrency;
-        flags.concurrency.push_back(c);
-      }
-    } else if (key == "--idle-connections") {
-      ok = absl::SimpleAtoi(value, &flags.idle_connections) && flags.idle_connections >= 0;
-    } else if (key == "--dir") {
-      flags.dir = value;
-    } else if (key == "--logs") {
-      flags.logs = true;
-    } else if (key == "--telemetry") {
-      flags.telemetry = value;
-      ok = value == "none" || value == "metrics" || value == "traces" || value == "traces-down";
-    } else if (key == "--claim-status") {
-      ok = value == "on" || value == "off";
-      flags.claim_status = value == "on";
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      Die(absl::StrCat("bad argument \"", arg,
-                       "\"; usage: prepare_bench [--iterations=N] [--max-seconds=S] "
-                       "[--concurrency=1,64] [--idle-connections=N] [--dir=PATH] [--logs] "
-                       "[--telemetry=none|metrics|traces|traces-down] [--claim-status=on|off]"));
-    }
-  }
-  return flags;
-}
-
-// --- Machine ------------------------------------------------------------------------------
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-      }
-    }
-  }
-  return "unknown";
-}
-
-// The mount holding `path` (longest mount point prefix): "ext4 on /dev/vda (/)".
-std::string FilesystemOf(const std::string& path) {
-  std::ifstream in("/proc/self/mounts");
-  std::string line;
-  std::string best_dir;
-  std::string best;
-  while (std::getline(in, line)) {
-    std::vector<std::string> f = absl::StrSplit(line, ' ');
-    if (f.size() < 3) {
-      continue;
-    }
-    const std::string& dir = f[1];
-    bool under =
-        path == dir || dir == "/" ||
-        (absl::StartsWith(path, dir) && path.size() > dir.size() && path[dir.size()] == '/');
-    if (under && dir.size() >= best_dir.size()) {
-      best_dir = dir;
-      best = absl::StrCat(f[2], " on ", f[0], " (", dir, ")");
-    }
-  }
-  return best.empty() ? "unknown" : best;
-}
-
-void PrintMachine(const std::string& root) {
-  utsname u{};
-  uname(&u);
-  std::printf("date:    %s\n",
-              absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()).c_str());
-  std::printf("machine: nproc=%ld, cpu=\"%s\", kernel %s %s\n", sysconf(_SC_NPROCESSORS_ONLN),
-              CpuModel().c_str(), u.sysname, u.release);
-  std::printf("temp:    %s, filesystem %s\n", root.c_str(), FilesystemOf(root).c_str());
-}
-
-// TcpExt ListenOverflows from /proc/net/netstat (machine-wide): connections a listener's full
-// accept queue turned away, each one a SYN retried after a second or more.
-int64_t ListenOverflows() {
-  std::ifstream in("/proc/net/netstat");
-  std::string names;
-  std::string values;
-  while (std::getline(in, names) && std::getline(in, values)) {
-    if (!absl::StartsWith(names, "TcpExt:")) {
-      continue;
-    }
-    std::vector<absl::string_view> n = absl::StrSplit(names, ' ');
-    std::vector<absl::string_view> v = absl::StrSplit(values, ' ');
-    for (size_t i = 1; i < n.size() && i < v.size(); ++i) {
-      int64_t count = 0;
-      if (n[i] == "ListenOverflows" && absl::SimpleAtoi(v[i], &count)) {
-        return count;
-      }
-    }
-  }
-  return 0;
-}
-
-// --- Figures ------------------------------------------------------------------------------
-
-struct Summary {
-  size_t count = 0;
-  double p50 = 0, p90 = 0, p99 = 0, max = 0;  // milliseconds
-  double per_second = 0;                      // completed calls per second of wall time
-};
-
-// Nearest-rank percentiles.
-Summary Summarize(std::vector<double> ms, double wall_seconds) {
-  Summary s;
-  s.count = ms.size();
-  if (ms.empty()) {
-    return s;
-  }
-  std::sort(ms.begin(), ms.end());
-  auto at = [&](double p) {
-    size_t rank = static_cast<size_t>(std::ceil(p * static_cast<double>(ms.size())));
-    return ms[std::clamp<size_t>(rank, 1, ms.size()) - 1];
-  };
-  s.p50 = at(0.50);
-  s.p90 = at(0.90);
-  s.p99 = at(0.99);
-  s.max = ms.back();
-  s.per_second = wall_seconds > 0 ? static_cast<double>(ms.size()) / wall_seconds : 0;
-  return s;
-}
-
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// What one worker's iteration measured: the prepare (or its floor) and the unprepare (or its);
-// for the floor also its two parts.
-struct Sample {
-  double prepare_ms = 0;
-  double unprepare_ms = 0;
-  double get_ms = 0;
-  double writes_ms = 0;
-};
-
-struct LoadResult {
-  Summary prepare;
-  Summary unprepare;
-  Summary get;
-  Summary writes;
-};
-
-// Runs `threads` workers at once. Each does `warmup` untimed iterations, all meet, then each
-// does up to `per_thread` timed ones, stopping early once `max_seconds` have passed.
-LoadResult RunLoad(int threads, int warmup, int per_thread, double max_seconds,
-                   const std::function<Sample(int worker)>& iteration) {
-  std::vector<std::vector<Sample>> samples(threads);
-  Clock::time_point start;
-  Clock::time_point deadline;
-  std::barrier sync(threads, [&]() noexcept {
-    start = Clock::now();
-    deadline = start + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(max_seconds));
-  });
-  std::vector<std::thread> workers;
-  std::vector<Clock::time_point> ends(threads);
-  for (int w = 0; w < threads; ++w) {
-    workers.emplace_back([&, w] {
-      for (int i = 0; i < warmup; ++i) {
-        iteration(w);
-      }
-      sync.arrive_and_wait();
-      samples[w].reserve(per_thread);
-      for (int i = 0; i < per_thread && Clock::now() < deadline; ++i) {
-        samples[w].push_back(iteration(w));
-      }
-      ends[w] = Clock::now();
-    });
-  }
-  for (std::thread& t : workers) {
-    t.join();
-  }
-  const double wall =
-      std::chrono::duration<double>(*std::max_element(ends.begin(), ends.end()) - start).count();
-  std::vector<double> prepare;
-  std::vector<double> unprepare;
-  std::vector<double> get;
-  std::vector<double> writes;
-  for (const std::vector<Sample>& per_worker : samples) {
-    for (const Sample& s : per_worker) {
-      prepare.push_back(s.prepare_ms);
-      unprepare.push_back(s.unprepare_ms);
-      get.push_back(s.get_ms);
-      writes.push_back(s.writes_ms);
-    }
-  }
-  return {Summarize(std::move(prepare), wall), Summarize(std::move(unprepare), wall),
-          Summarize(std::move(get), wall), Summarize(std::move(writes), wall)};
 }
 
 // --- The node under test ------------------------------------------------------------------
@@ -778,7 +559,11 @@ class Bench {
 };
 
 int Main(int argc, char** argv) {
-  Flags flags = ParseFlags(argc, argv);
+  absl::StatusOr<Flags> parsed = ParseFlags(argc, argv);
+  if (!parsed.ok()) {
+    Die(std::string(parsed.status().message()));
+  }
+  const Flags& flags = *parsed;
   if (!flags.logs) {
     // Lines are still formatted (the driver pays for that), just not written to a terminal.
     common::SetLogSinkForTest([](const std::string&) {});
