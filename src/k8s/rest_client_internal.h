@@ -22,6 +22,8 @@ namespace rest {
 // Percent-encodes everything but RFC 3986 unreserved characters.
 std::string Escape(absl::string_view text);
 
+// A URL's query string, built a parameter at a time: "?k=v&k2=v2", each part percent-encoded.
+// A parameter with an empty value is left out, as the API server reads it as absent anyway.
 class Query {
  public:
   void Add(absl::string_view key, absl::string_view value) {
