@@ -385,8 +385,8 @@ class NodeHarness {
         grpc::CreateChannel("unix://" + DraSock(), grpc::InsecureChannelCredentials()));
   }
 
-  // Declared in the order they start: the node process goes first, then the API server, then
-  // the directory.
+  // Declared in the order they start, so they go in reverse: the node process first, then the
+  // API server, then the directory.
   TempDir root_{"dralens-harness"};
   ApiFixture api_;
   std::string kubeconfig_;
