@@ -97,12 +97,10 @@ inline std::vector<std::string> Flatten(const dra_v1beta1::NodePrepareResourceRe
 // kubeconfig, the process); this fixture adds the full v1 and v1beta1 answers the tests compare.
 class NodePluginTest : public ::testing::Test {
  protected:
-  std::string RegistryDir() const { return harness_.RegistryDir(); }
   std::string PluginsDir() const { return harness_.PluginsDir(); }
   std::string CdiRoot() const { return harness_.CdiRoot(); }
   std::string RegSock() const { return harness_.RegSock(); }
   std::string DraSock() const { return harness_.DraSock(); }
-  std::string Checkpoint() const { return harness_.PluginDir() + "/checkpoint.json"; }
   k8s::RestClient& client() { return harness_.client(); }
   Subprocess& node() { return harness_.process(); }
   int metrics_port() const { return harness_.metrics_port(); }
